@@ -1,0 +1,35 @@
+// The neutral form of a tokenizer: what the compiler extracts from tokenizer.json or GGUF
+// metadata, stores in the plan (fb::Tokenizer), and what the runtime builds its Tokenizer from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmrt {
+
+enum class TokenType : int32_t {
+  kNormal = 1,       // GGUF numbering (llama.cpp's llama_token_type)
+  kUnknown = 2,
+  kControl = 3,      // special tokens: <|im_start|>, <s> ...
+  kUserDefined = 4,  // added tokens matched verbatim in text
+  kUnused = 5,
+  kByte = 6,         // <0x41> byte-fallback tokens
+};
+
+struct TokenizerData {
+  std::string model = "bpe";         // "bpe" (byte-level or SentencePiece-style)
+  std::string pre;                   // pre-tokenizer name: "gpt2", "llama3", "qwen2", "smollm", ...
+  bool byte_level = true;            // GPT-2 byte↔unicode mapping
+  std::vector<std::string> tokens;   // id → token text (byte-level form for byte-level BPE)
+  std::vector<int32_t> token_types;  // id → TokenType (empty = all normal)
+  std::vector<std::string> merges;   // "left right", rank order
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = false;
+  bool add_eos = false;
+  std::string chat_template;
+};
+
+}  // namespace llmrt
