@@ -1,0 +1,330 @@
+#include "runtime/plan/plan_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "flatbuffers/flatbuffers.h"
+
+namespace llmrt {
+namespace {
+
+const char* const kFeatures[] = {"forward_v1", "kv_f32", "weights_f32"};
+
+std::string errno_text() { return std::strerror(errno); }
+
+bool fits(uint64_t offset, uint64_t size, uint64_t limit) {
+  return offset <= limit && size <= limit - offset;
+}
+
+int64_t dtype_bytes(fb::DType d) {
+  switch (d) {
+    case fb::DType::F32:
+    case fb::DType::I32: return 4;
+    case fb::DType::F16:
+    case fb::DType::BF16: return 2;
+    case fb::DType::I64: return 8;
+    default: return 0;
+  }
+}
+
+// Semantic checks that the FlatBuffers verifier cannot do: references in range, sizes
+// consistent. After this, the executor may index tensors and values without bounds doubts.
+Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
+  if (plan.weights_size() != weights_size)
+    return invalid_argument("weight section size " + std::to_string(weights_size) +
+                            " does not match the plan's " + std::to_string(plan.weights_size()));
+  const auto* tensors = plan.tensors();
+  const int num_tensors = tensors ? static_cast<int>(tensors->size()) : 0;
+  for (int i = 0; i < num_tensors; ++i) {
+    const fb::Tensor* t = tensors->Get(i);
+    const std::string name = t->name()->str();
+    const int64_t elem = dtype_bytes(t->dtype());
+    if (elem == 0) return invalid_argument("tensor '" + name + "' has an unsupported dtype");
+    if (!t->shape() || t->shape()->size() == 0 || t->shape()->size() > 4)
+      return invalid_argument("tensor '" + name + "' has no shape or more than 4 dims");
+    uint64_t numel = 1;
+    for (int64_t d : *t->shape()) {
+      if (d <= 0 || d > (int64_t{1} << 40)) return invalid_argument("tensor '" + name + "' has a bad dim");
+      if (numel > (uint64_t{1} << 48) / static_cast<uint64_t>(d))
+        return invalid_argument("tensor '" + name + "' is too large");
+      numel *= static_cast<uint64_t>(d);
+    }
+    if (numel * static_cast<uint64_t>(elem) != t->size())
+      return invalid_argument("tensor '" + name + "' size " + std::to_string(t->size()) +
+                              " does not match its shape and dtype");
+    if (t->offset() % kTensorAlignment != 0)
+      return invalid_argument("tensor '" + name + "' is not 64-byte aligned");
+    if (!fits(t->offset(), t->size(), weights_size))
+      return invalid_argument("tensor '" + name + "' lies outside the weight section");
+  }
+  const auto* kernels = plan.kernels();
+  const int num_kernels = kernels ? static_cast<int>(kernels->size()) : 0;
+  if (!plan.programs() || plan.programs()->size() == 0)
+    return invalid_argument("plan has no programs");
+  for (const fb::Program* prog : *plan.programs()) {
+    const std::string pname = prog->name()->str();
+    const int num_values = prog->values() ? static_cast<int>(prog->values()->size()) : 0;
+    for (int i = 0; i < num_values; ++i) {
+      const fb::Value* v = prog->values()->Get(i);
+      if (static_cast<int>(v->id()) != i)
+        return invalid_argument("program '" + pname + "': value ids must be dense and ordered");
+      if (v->width() <= 0 || v->width() > (int64_t{1} << 32))
+        return invalid_argument("program '" + pname + "': value " + std::to_string(i) + " has a bad width");
+      if (dtype_bytes(v->dtype()) == 0)
+        return invalid_argument("program '" + pname + "': value " + std::to_string(i) + " has a bad dtype");
+    }
+    auto value_ok = [&](int id) { return id >= 0 && id < num_values; };
+    if (!value_ok(prog->token_input()) || !value_ok(prog->position_input()) || !value_ok(prog->output()))
+      return invalid_argument("program '" + pname + "': input/output value ids out of range");
+    if (!prog->steps()) return invalid_argument("program '" + pname + "' has no steps");
+    int index = 0;
+    for (const fb::Step* step : *prog->steps()) {
+      const std::string where = "program '" + pname + "' step " + std::to_string(index++);
+      if (step->inputs())
+        for (int id : *step->inputs())
+          if (id != -1 && !value_ok(id)) return invalid_argument(where + ": input value id out of range");
+      if (step->outputs())
+        for (int id : *step->outputs())
+          if (!value_ok(id)) return invalid_argument(where + ": output value id out of range");
+      if (step->weights())
+        for (int id : *step->weights())
+          if (id != -1 && (id < 0 || id >= num_tensors))
+            return invalid_argument(where + ": weight index out of range");
+      if (step->kernel() != -1 && (step->kernel() < 0 || step->kernel() >= num_kernels))
+        return invalid_argument(where + ": kernel index out of range");
+      if (step->params()) {
+        const flatbuffers::String* prev = nullptr;
+        for (const fb::Param* p : *step->params()) {
+          if (prev && !(prev->str() < p->key()->str()))
+            return invalid_argument(where + ": params are not sorted by key");
+          prev = p->key();
+        }
+      }
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+const char* const* supported_features(size_t* count) {
+  *count = sizeof(kFeatures) / sizeof(kFeatures[0]);
+  return kFeatures;
+}
+
+StatusOr<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found("cannot open '" + path + "': " + errno_text());
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    std::string e = errno_text();
+    ::close(fd);
+    return invalid_argument("cannot stat '" + path + "': " + e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument("'" + path + "' is not a regular file");
+  }
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ > 0) {
+    void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      std::string e = errno_text();
+      ::close(fd);
+      return invalid_argument("cannot map '" + path + "': " + e);
+    }
+    f->data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Plan::~Plan() = default;
+
+StatusOr<std::unique_ptr<Plan>> Plan::open(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
+  const uint8_t* data = file->data();
+  size_t size = file->size();
+  auto plan = from_memory(std::move(file), nullptr, data, size);
+  if (!plan.ok()) return plan.status().with_context("plan '" + path + "'");
+  return plan;
+}
+
+StatusOr<std::unique_ptr<Plan>> Plan::from_bytes(const uint8_t* data, size_t size) {
+  // Copy into 64-byte aligned storage so FlatBuffers' alignment checks hold.
+  std::unique_ptr<uint8_t[]> owned(new (std::align_val_t(64)) uint8_t[size ? size : 1]);
+  if (size) std::memcpy(owned.get(), data, size);
+  const uint8_t* p = owned.get();
+  return from_memory(nullptr, std::move(owned), p, size);
+}
+
+StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> file,
+                                                  std::unique_ptr<uint8_t[]> owned,
+                                                  const uint8_t* data, size_t size) {
+  if (size < sizeof(PlanFileHeader))
+    return invalid_argument("file is too small to be a plan (" + std::to_string(size) + " bytes)");
+  PlanFileHeader h;
+  std::memcpy(&h, data, sizeof(h));
+  if (std::memcmp(h.magic, kPlanMagic, sizeof(kPlanMagic)) != 0)
+    return invalid_argument("not a plan file (bad magic)");
+  if (h.header_version != 1)
+    return unimplemented("plan file header version " + std::to_string(h.header_version) +
+                         " is not supported (this runtime reads version 1)");
+  if (h.flatbuffer_offset != sizeof(PlanFileHeader) || !fits(h.flatbuffer_offset, h.flatbuffer_size, size))
+    return invalid_argument("plan header: FlatBuffer range outside the file (truncated?)");
+  if (h.weights_offset % kWeightAlignment != 0 ||
+      h.weights_offset < h.flatbuffer_offset + h.flatbuffer_size || !fits(h.weights_offset, h.weights_size, size))
+    return invalid_argument("plan header: weight section outside the file (truncated?)");
+  const uint8_t* fbuf = data + h.flatbuffer_offset;
+  if (h.flatbuffer_size < 8 || !fb::PlanBufferHasIdentifier(fbuf))
+    return invalid_argument("plan FlatBuffer has no 'LLMP' identifier");
+  flatbuffers::Verifier::Options opts;
+  opts.max_tables = 100'000'000;
+  opts.max_depth = 64;
+  flatbuffers::Verifier verifier(fbuf, h.flatbuffer_size, opts);
+  if (!fb::VerifyPlanBuffer(verifier)) return invalid_argument("plan FlatBuffer failed verification (corrupted)");
+  const fb::Plan* root = fb::GetPlan(fbuf);
+  if (root->schema_major() != kSchemaMajor)
+    return unimplemented("plan schema major version " + std::to_string(root->schema_major()) +
+                         " is not supported by this runtime (schema " + std::to_string(kSchemaMajor) + "." +
+                         std::to_string(kSchemaMinor) + "); recompile the model with a matching llmc");
+  if (root->cpu_kernel_abi() != kCpuKernelAbi)
+    return unimplemented("plan needs CPU kernel ABI " + std::to_string(root->cpu_kernel_abi()) +
+                         ", this runtime implements " + std::to_string(kCpuKernelAbi));
+  if (root->required_features()) {
+    size_t n = 0;
+    const char* const* have = supported_features(&n);
+    std::set<std::string> known(have, have + n);
+    for (const flatbuffers::String* f : *root->required_features())
+      if (!known.count(f->str()))
+        return unimplemented("plan requires feature '" + f->str() + "' which this runtime lacks");
+  }
+  RETURN_IF_ERROR(check_semantics(*root, h.weights_size));
+  std::unique_ptr<Plan> plan(new Plan());
+  plan->file_ = std::move(file);
+  plan->owned_ = std::move(owned);
+  plan->header_ = h;
+  plan->fb_ = root;
+  plan->weights_ = data + h.weights_offset;
+  return plan;
+}
+
+const uint8_t* Plan::tensor_data(int index) const {
+  return weights_ + fb_->tensors()->Get(index)->offset();
+}
+
+int Plan::find_tensor(std::string_view name) const {
+  if (!fb_->tensors()) return -1;
+  for (int i = 0; i < static_cast<int>(fb_->tensors()->size()); ++i)
+    if (fb_->tensors()->Get(i)->name()->string_view() == name) return i;
+  return -1;
+}
+
+Status Plan::verify_weights_hash() const {
+  uint64_t h = XXH3_64bits(weights_, header_.weights_size);
+  if (h != header_.weights_hash)
+    return invalid_argument("weight section hash mismatch: the plan's weights are corrupted");
+  return ok_status();
+}
+
+const fb::Program* Plan::program(std::string_view name) const {
+  for (const fb::Program* p : *fb_->programs())
+    if (p->name()->string_view() == name) return p;
+  return nullptr;
+}
+
+const fb::Param* find_param(const fb::Step& step, std::string_view key) {
+  if (!step.params()) return nullptr;
+  for (const fb::Param* p : *step.params())
+    if (p->key()->string_view() == key) return p;
+  return nullptr;
+}
+
+struct PlanFileWriter::State {
+  FILE* f = nullptr;
+  std::string path;
+  XXH3_state_t* hash = nullptr;
+  PlanFileHeader header{};
+  ~State() {
+    if (f) fclose(f);
+    if (hash) XXH3_freeState(hash);
+  }
+};
+
+StatusOr<std::unique_ptr<PlanFileWriter>> PlanFileWriter::create(const std::string& path,
+                                                                  const uint8_t* flatbuffer,
+                                                                  size_t flatbuffer_size,
+                                                                  uint64_t weights_size) {
+  std::unique_ptr<PlanFileWriter> w(new PlanFileWriter());
+  w->state_ = std::make_unique<State>();
+  State& s = *w->state_;
+  s.path = path;
+  s.f = fopen(path.c_str(), "wb");
+  if (!s.f) return invalid_argument("cannot create '" + path + "': " + errno_text());
+  s.hash = XXH3_createState();
+  XXH3_64bits_reset(s.hash);
+  PlanFileHeader& h = s.header;
+  std::memcpy(h.magic, kPlanMagic, sizeof(kPlanMagic));
+  h.header_version = 1;
+  h.flatbuffer_offset = sizeof(PlanFileHeader);
+  h.flatbuffer_size = flatbuffer_size;
+  h.weights_offset = (h.flatbuffer_offset + flatbuffer_size + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+  h.weights_size = weights_size;
+  w->expected_ = weights_size;
+  std::vector<uint8_t> pad(h.weights_offset - h.flatbuffer_offset - flatbuffer_size, 0);
+  if (fwrite(&h, sizeof(h), 1, s.f) != 1 || fwrite(flatbuffer, 1, flatbuffer_size, s.f) != flatbuffer_size ||
+      (!pad.empty() && fwrite(pad.data(), 1, pad.size(), s.f) != pad.size()))
+    return invalid_argument("writing '" + path + "': " + errno_text());
+  return w;
+}
+
+PlanFileWriter::~PlanFileWriter() = default;
+
+Status PlanFileWriter::append(const void* data, size_t size) {
+  if (size > expected_ - written_) return internal_error("plan writer: more weight bytes than declared");
+  if (size && fwrite(data, 1, size, state_->f) != size)
+    return invalid_argument("writing '" + state_->path + "': " + errno_text());
+  XXH3_64bits_update(state_->hash, data, size);
+  written_ += size;
+  return ok_status();
+}
+
+Status PlanFileWriter::pad_to(uint64_t offset) {
+  if (offset < written_) return internal_error("plan writer: tensors out of offset order");
+  static const uint8_t zeros[4096] = {};
+  while (written_ < offset) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(zeros), offset - written_));
+    RETURN_IF_ERROR(append(zeros, n));
+  }
+  return ok_status();
+}
+
+Status PlanFileWriter::finish() {
+  State& s = *state_;
+  if (written_ != expected_)
+    return internal_error("plan writer: wrote " + std::to_string(written_) + " weight bytes, declared " +
+                          std::to_string(expected_));
+  s.header.weights_hash = XXH3_64bits_digest(s.hash);
+  if (fseek(s.f, 0, SEEK_SET) != 0 || fwrite(&s.header, sizeof(s.header), 1, s.f) != 1)
+    return invalid_argument("writing '" + s.path + "': " + errno_text());
+  int rc = fclose(s.f);
+  s.f = nullptr;
+  if (rc != 0) return invalid_argument("closing '" + s.path + "': " + errno_text());
+  return ok_status();
+}
+
+}  // namespace llmrt
