@@ -24,6 +24,12 @@ struct TokenizerData {
   std::vector<std::string> tokens;   // id → token text (byte-level form for byte-level BPE)
   std::vector<int32_t> token_types;  // id → TokenType (empty = all normal)
   std::vector<std::string> merges;   // "left right", rank order
+  // Hugging Face BPE `ignore_merges`: a piece that is itself in the vocabulary is emitted whole
+  // without merging. The Llama 3 pre-tokenizer family implies it (as in llama.cpp).
+  bool ignore_merges = false;
+  // Normalizer applied to the text between special tokens before pre-tokenization:
+  // "" (none) or "nfc" (Qwen2/3 tokenizer.json).
+  std::string normalizer;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t pad_id = -1;

@@ -1,0 +1,260 @@
+//===- KernelEmitter.cpp - CUDA kernels for `llm` ops ---------------------===//
+//
+// Reads op names, attributes and tensor shapes from the generic Operation and
+// hands plain parameters to the family generators (KernelFamilies.h). This is
+// the only codegen file that includes MLIR headers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/KernelEmitter.h"
+
+#include "codegen/KernelFamilies.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Operation.h"
+
+#include <optional>
+
+using namespace mlir;
+
+namespace llmc {
+
+namespace {
+
+enum class Elem { F32, I32 };
+
+/// The shape of `v`, checked to be a ranked tensor of `rank` dims of `elem`
+/// whose dims after the first (the row dim) are static.
+FailureOr<SmallVector<int64_t, 2>> shapeOf(Operation *op, Value v,
+                                           StringRef what, unsigned rank,
+                                           Elem elem, bool rowsStatic = false) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || type.getRank() != rank)
+    return op->emitOpError() << "GPU codegen: " << what << " must be a rank-"
+                             << rank << " tensor, got " << v.getType();
+  Type et = type.getElementType();
+  bool ok = elem == Elem::F32 ? et.isF32() : et.isSignlessInteger(32);
+  if (!ok)
+    return op->emitOpError()
+           << "GPU codegen: " << what << " must have element type "
+           << (elem == Elem::F32 ? "f32" : "i32") << ", got " << et;
+  for (unsigned d = rowsStatic ? 0 : 1; d < rank; ++d)
+    if (type.isDynamicDim(d))
+      return op->emitOpError() << "GPU codegen: dim " << d << " of " << what
+                               << " must be static, got " << v.getType();
+  return SmallVector<int64_t, 2>(type.getShape().begin(),
+                                 type.getShape().end());
+}
+
+LogicalResult checkCounts(Operation *op, unsigned operands, unsigned results) {
+  if (op->getNumOperands() != operands || op->getNumResults() != results)
+    return op->emitOpError() << "GPU codegen: expected " << operands
+                             << " operands and " << results
+                             << " results, got " << op->getNumOperands()
+                             << " and " << op->getNumResults();
+  return success();
+}
+
+/// A result (or second operand) must be [rows, width] f32.
+LogicalResult checkWidth(Operation *op, Value v, StringRef what,
+                         int64_t width) {
+  auto shape = shapeOf(op, v, what, 2, Elem::F32);
+  if (failed(shape))
+    return failure();
+  if ((*shape)[1] != width)
+    return op->emitOpError() << "GPU codegen: " << what << " has width "
+                             << (*shape)[1] << ", expected " << width;
+  return success();
+}
+
+/// A numeric attribute given as a float or an integer.
+FailureOr<double> numberAttr(Operation *op, StringRef name,
+                             std::optional<double> fallback = std::nullopt) {
+  Attribute attr = op->getAttr(name);
+  if (!attr) {
+    if (fallback)
+      return *fallback;
+    return op->emitOpError() << "GPU codegen: missing attribute '" << name
+                             << "'";
+  }
+  if (auto f = dyn_cast<FloatAttr>(attr))
+    return f.getValueAsDouble();
+  if (auto i = dyn_cast<IntegerAttr>(attr))
+    return static_cast<double>(i.getValue().getSExtValue());
+  return op->emitOpError() << "GPU codegen: attribute '" << name
+                           << "' must be a number, got " << attr;
+}
+
+FailureOr<int64_t> intAttr(Operation *op, StringRef name,
+                           std::optional<int64_t> fallback = std::nullopt) {
+  Attribute attr = op->getAttr(name);
+  if (!attr) {
+    if (fallback)
+      return *fallback;
+    return op->emitOpError() << "GPU codegen: missing attribute '" << name
+                             << "'";
+  }
+  if (auto i = dyn_cast<IntegerAttr>(attr))
+    return i.getValue().getSExtValue();
+  return op->emitOpError() << "GPU codegen: attribute '" << name
+                           << "' must be an integer, got " << attr;
+}
+
+FailureOr<std::string> stringAttr(Operation *op, StringRef name,
+                                  StringRef fallback) {
+  Attribute attr = op->getAttr(name);
+  if (!attr)
+    return fallback.str();
+  if (auto s = dyn_cast<StringAttr>(attr))
+    return s.getValue().str();
+  return op->emitOpError() << "GPU codegen: attribute '" << name
+                           << "' must be a string, got " << attr;
+}
+
+FailureOr<KernelSpec> fromStatus(Operation *op,
+                                 llmrt::StatusOr<KernelSpec> spec) {
+  if (!spec.ok())
+    return op->emitOpError() << "GPU codegen: " << spec.status().message();
+  return std::move(spec).value();
+}
+
+FailureOr<KernelSpec> emitEmbedding(Operation *op) {
+  if (failed(checkCounts(op, 2, 1)))
+    return failure();
+  if (failed(shapeOf(op, op->getOperand(0), "tokens", 1, Elem::I32)))
+    return failure();
+  auto table =
+      shapeOf(op, op->getOperand(1), "table", 2, Elem::F32, /*rowsStatic=*/true);
+  if (failed(table) || failed(checkWidth(op, op->getResult(0), "result",
+                                         (*table)[1])))
+    return failure();
+  return fromStatus(op, emitEmbeddingKernel({(*table)[0], (*table)[1]}));
+}
+
+FailureOr<KernelSpec> emitRmsNormFamily(Operation *op, bool withAdd) {
+  if (failed(checkCounts(op, withAdd ? 3 : 2, withAdd ? 2 : 1)))
+    return failure();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x))
+    return failure();
+  int64_t width = (*x)[1];
+  Value weight = op->getOperand(withAdd ? 2 : 1);
+  auto w = shapeOf(op, weight, "weight", 1, Elem::F32, /*rowsStatic=*/true);
+  if (failed(w))
+    return failure();
+  if (withAdd && failed(checkWidth(op, op->getOperand(1), "residual", width)))
+    return failure();
+  for (OpResult r : op->getResults())
+    if (failed(checkWidth(op, r, "result", width)))
+      return failure();
+  auto eps = numberAttr(op, "eps");
+  if (failed(eps))
+    return failure();
+  RmsNormParams p{width, (*w)[0], static_cast<float>(*eps)};
+  return fromStatus(op, withAdd ? emitAddRmsNormKernel(p)
+                                : emitRmsNormKernel(p));
+}
+
+FailureOr<KernelSpec> emitRope(Operation *op) {
+  if (failed(checkCounts(op, 2, 1)))
+    return failure();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x) ||
+      failed(shapeOf(op, op->getOperand(1), "positions", 1, Elem::I32)) ||
+      failed(checkWidth(op, op->getResult(0), "result", (*x)[1])))
+    return failure();
+
+  RopeParams p;
+  auto heads = intAttr(op, "num_heads");
+  auto headDim = intAttr(op, "head_dim");
+  auto theta = numberAttr(op, "theta");
+  auto style = stringAttr(op, "style", "neox");
+  auto ropeType = stringAttr(op, "rope_type", "default");
+  if (failed(heads) || failed(headDim) || failed(theta) || failed(style) ||
+      failed(ropeType))
+    return failure();
+  p.numHeads = *heads;
+  p.headDim = *headDim;
+  p.theta = *theta;
+  p.style = *style;
+  p.ropeType = *ropeType;
+  // Scaling parameters are required only by the rope types that use them.
+  bool scaled = p.ropeType == "linear" || p.ropeType == "llama3";
+  bool llama3 = p.ropeType == "llama3";
+  auto factor = numberAttr(op, "factor",
+                           scaled ? std::nullopt : std::optional<double>(1.0));
+  auto low = numberAttr(op, "low_freq_factor",
+                        llama3 ? std::nullopt : std::optional<double>(1.0));
+  auto high = numberAttr(op, "high_freq_factor",
+                         llama3 ? std::nullopt : std::optional<double>(4.0));
+  auto original =
+      intAttr(op, "original_max_position",
+              llama3 ? std::nullopt : std::optional<int64_t>(8192));
+  if (failed(factor) || failed(low) || failed(high) || failed(original))
+    return failure();
+  p.factor = *factor;
+  p.lowFreqFactor = *low;
+  p.highFreqFactor = *high;
+  p.originalMaxPosition = *original;
+  if (p.numHeads <= 0 || p.headDim <= 0 ||
+      (*x)[1] != p.numHeads * p.headDim)
+    return op->emitOpError()
+           << "GPU codegen: x width " << (*x)[1] << " != num_heads "
+           << p.numHeads << " * head_dim " << p.headDim;
+  return fromStatus(op, emitRopeKernel(p));
+}
+
+FailureOr<KernelSpec> emitSiluMul(Operation *op) {
+  unsigned n = op->getNumOperands();
+  if (n != 1 && n != 2)
+    return op->emitOpError()
+           << "GPU codegen: expected 1 (fused gate_up) or 2 operands, got " << n;
+  if (failed(checkCounts(op, n, 1)))
+    return failure();
+  auto first = shapeOf(op, op->getOperand(0), n == 1 ? "gate_up" : "gate", 2,
+                       Elem::F32);
+  if (failed(first))
+    return failure();
+  int64_t inter = (*first)[1];
+  if (n == 1) {
+    if (inter % 2 != 0)
+      return op->emitOpError()
+             << "GPU codegen: fused gate_up width " << inter << " is odd";
+    inter /= 2;
+  } else if (failed(checkWidth(op, op->getOperand(1), "up", inter))) {
+    return failure();
+  }
+  if (failed(checkWidth(op, op->getResult(0), "result", inter)))
+    return failure();
+  return fromStatus(op, emitSiluMulKernel({inter, n == 1}));
+}
+
+} // namespace
+
+bool hasKernel(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  return name == "llm.embedding" || name == "llm.rms_norm" ||
+         name == "llm.add_rms_norm" || name == "llm.rope" ||
+         name == "llm.silu_mul";
+}
+
+FailureOr<KernelSpec> emitKernel(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  if (name == "llm.embedding")
+    return emitEmbedding(op);
+  if (name == "llm.rms_norm")
+    return emitRmsNormFamily(op, /*withAdd=*/false);
+  if (name == "llm.add_rms_norm")
+    return emitRmsNormFamily(op, /*withAdd=*/true);
+  if (name == "llm.rope")
+    return emitRope(op);
+  if (name == "llm.silu_mul")
+    return emitSiluMul(op);
+  return op->emitOpError() << "has no GPU kernel in codegen (supported: "
+                              "llm.embedding, llm.rms_norm, llm.add_rms_norm, "
+                              "llm.rope, llm.silu_mul)";
+}
+
+} // namespace llmc

@@ -1,0 +1,40 @@
+//===- KernelEmitter.h - CUDA kernels for `llm` ops -------------*- C++ -*-===//
+//
+// Emits a specialized CUDA kernel (KernelSpec.h) for one `llm` op. Works on
+// the generic mlir::Operation (op name, attributes, operand/result tensor
+// shapes), so it does not depend on the dialect's generated classes.
+//
+// Supported ops (PROGRAM.md): llm.embedding, llm.rms_norm {eps},
+// llm.add_rms_norm {eps}, llm.rope {num_heads, head_dim, theta, style,
+// rope_type, factor, low_freq_factor, high_freq_factor,
+// original_max_position}, llm.silu_mul (1 or 2 operands). Activations must be
+// f32 tensors [rows, width] with a static width; rows may be dynamic.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_CODEGEN_KERNELEMITTER_H
+#define LLMC_CODEGEN_KERNELEMITTER_H
+
+#include "codegen/KernelSpec.h"
+
+#include "mlir/Support/LogicalResult.h"
+
+namespace mlir {
+class Operation;
+} // namespace mlir
+
+namespace llmc {
+
+/// True when `op`'s kind has a GPU kernel family here (by op name only; the
+/// op may still fail emitKernel when its shapes or attributes are invalid).
+bool hasKernel(mlir::Operation *op);
+
+/// Kernel for `op`, specialized from its attributes and static shapes.
+/// failure() with an error diagnostic on `op` when the op has no GPU kernel
+/// (e.g. llm.linear, handled by cuBLASLt later: callers check hasKernel and
+/// skip those) or when its shapes/attributes cannot be specialized.
+mlir::FailureOr<KernelSpec> emitKernel(mlir::Operation *op);
+
+} // namespace llmc
+
+#endif // LLMC_CODEGEN_KERNELEMITTER_H

@@ -1,0 +1,59 @@
+//===- KernelSource.h - Helpers for writing kernel source -------*- C++ -*-===//
+//
+// Internal to codegen/: formatting of compile-time constants, template
+// substitution and the deterministic entry naming shared by all families.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_CODEGEN_KERNELSOURCE_H
+#define LLMC_CODEGEN_KERNELSOURCE_H
+
+#include "codegen/KernelSpec.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace llmc {
+namespace detail {
+
+/// A float as a CUDA C++ literal that reads back to the same bits, e.g.
+/// "9.99999975e-06f". Requires a finite value.
+std::string floatLiteral(float value);
+
+/// FNV-1a, 64 bits: stable across platforms and runs.
+uint64_t fnv1a64(std::string_view bytes);
+
+/// Replaces every "${NAME}" in `tmpl` with its value. Every placeholder in the
+/// template must be bound and every binding used (asserted: templates are
+/// ours, not input).
+std::string substitute(std::string_view tmpl,
+                       const std::vector<std::pair<std::string, std::string>>
+                           &bindings);
+
+/// Threads per block for a block reduction over `n` elements: a power of two
+/// in [32, 1024], at most ~4 elements per thread below 1024.
+int reductionBlockSize(int64_t n);
+
+/// Threads per block for `n` independent elements per row: a power of two in
+/// [32, 256].
+int elementwiseBlockSize(int64_t n);
+
+/// Completes a spec: `body` holds "${ENTRY}" where the entry symbol goes. The
+/// entry is `prefix` + "_" + 12 hex digits of the body's hash, so different
+/// bodies never share an entry and equal bodies always do.
+KernelSpec finishSpec(std::string family, const std::string &prefix,
+                      const std::string &body, int blockSize,
+                      std::string gridRule);
+
+/// Largest row width / vocabulary we specialize for (keeps every in-row index
+/// in int and every constant well inside the CUDA limits).
+inline constexpr int64_t kMaxDim = int64_t(1) << 24;
+inline constexpr int64_t kMaxVocab = 2147483647;
+
+} // namespace detail
+} // namespace llmc
+
+#endif // LLMC_CODEGEN_KERNELSOURCE_H

@@ -1,0 +1,72 @@
+//===- KernelSpec.h - A specialized CUDA kernel instance --------*- C++ -*-===//
+//
+// A KernelSpec is one GPU kernel instance: CUDA C++ source specialized with the
+// compile-time constants of one `llm` op (sizes, eps, RoPE frequencies), the
+// entry symbol and the launch geometry. It maps 1:1 onto `llmrt.fb.Kernel` in
+// runtime/plan/plan.fbs (images are added by compileKernel in NvrtcCompiler.h).
+//
+// This header has no MLIR dependency.
+//
+// Launch contract, common to every family:
+//   * blockDim must be exactly `blockDim` (the source hard-codes it as
+//     __launch_bounds__ and its reduction width);
+//   * gridRule gives the natural gridDim.x as a function of the runtime row
+//     count T (tokens):
+//       "rows"      gridDim.x = T
+//       "rows*<k>"  gridDim.x = T * k  (k a positive decimal integer)
+//     Every kernel walks its work items with a grid-stride loop, so any
+//     gridDim.x >= 1 is correct (a runtime may cap the grid); gridDim.y/z = 1;
+//   * dynamic shared memory is `sharedMemBytes`;
+//   * all tensors are dense row-major fp32 (ids/positions i32), pointers need
+//     only 4-byte alignment; T is the last kernel argument (`int T`), T >= 0.
+//
+// Kernel parameters per family (in order):
+//   embedding     (const int *tokens, const float *table, float *out, int T)
+//                 ids outside [0, V) produce a zero row (never read out of
+//                 bounds).
+//   rms_norm      (const float *x, const float *w, float *out, int T)
+//   add_rms_norm  (const float *x, const float *residual, const float *w,
+//                  float *normed, float *sum, int T)
+//   rope          (const float *x, const int *positions, float *out, int T)
+//   silu_mul      two operands: (const float *gate, const float *up,
+//                                float *out, int T)
+//                 fused:        (const float *gate_up, float *out, int T)
+// Elementwise-safe aliasing: rope may run in place (out == x), add_rms_norm
+// may write `sum` over `x` or `residual`, silu_mul may write `out` over
+// `gate` (two-operand form). embedding/rms_norm outputs must not alias inputs.
+//
+// Numerics: fp32 storage and accumulation, no fast-math. Reductions (RMS)
+// run in a fixed order that depends only on the compile-time sizes: each
+// thread sums its strided elements in index order, then a shared-memory tree
+// over the block. Results therefore do not depend on T or on the grid size.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_CODEGEN_KERNELSPEC_H
+#define LLMC_CODEGEN_KERNELSPEC_H
+
+#include <string>
+#include <vector>
+
+namespace llmc {
+
+struct KernelSpec {
+  /// "embedding" | "rms_norm" | "add_rms_norm" | "rope" | "silu_mul".
+  std::string family;
+  /// Unique, deterministic entry symbol: a readable prefix with the shape
+  /// (e.g. llm_rms_norm_d576_g576) and a hash of the specialized body, so equal
+  /// entries mean byte-identical sources and callers may deduplicate by entry.
+  std::string entry;
+  /// Self-contained CUDA C++ (no #include), `extern "C"` entry.
+  std::string source;
+  /// {x, y, z}; always three values.
+  std::vector<int> blockDim;
+  /// See the launch contract above: "rows" or "rows*<k>".
+  std::string gridRule;
+  /// Dynamic shared memory per block, bytes.
+  unsigned sharedMemBytes = 0;
+};
+
+} // namespace llmc
+
+#endif // LLMC_CODEGEN_KERNELSPEC_H

@@ -1,0 +1,178 @@
+//===- RmsNormKernel.cpp - llm.rms_norm and llm.add_rms_norm --------------===//
+//
+// One block per (row, group). Each thread keeps its strided elements of the
+// group in registers (kPerThread is a compile-time constant), sums their
+// squares in index order, and a shared-memory tree over the block (a power
+// of two) finishes the sum: the order depends only on the sizes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/KernelFamilies.h"
+#include "codegen/KernelSource.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace llmc {
+
+namespace {
+// Shared by both kernels: constants and the block reduction.
+constexpr const char *kCommon = R"cuda(namespace {
+constexpr int kD = ${D};         // row width
+constexpr int kG = ${G};         // group width: kD (plain RMSNorm) or head_dim
+constexpr int kGroups = kD / kG; // groups per row
+constexpr int kBlock = ${BLOCK}; // threads per block, a power of two
+constexpr int kPerThread = (kG + kBlock - 1) / kBlock;
+constexpr float kEps = ${EPS};
+
+// Sum of `v` over the block, in a fixed tree order. All threads of the block
+// must call it; `red` holds kBlock floats of shared memory.
+__device__ __forceinline__ float blockSum(float v, float *red) {
+  const int tid = threadIdx.x;
+  red[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s)
+      red[tid] += red[tid + s];
+    __syncthreads();
+  }
+  const float total = red[0];
+  __syncthreads(); // `red` is reused by the block's next item
+  return total;
+}
+} // namespace
+)cuda";
+
+constexpr const char *kRmsNormTemplate = R"cuda(
+// y = x / sqrt(mean(x^2 over the group) + eps) * w[column in group]
+extern "C" __global__ void __launch_bounds__(kBlock)
+${ENTRY}(const float *__restrict__ x, const float *__restrict__ w,
+         float *__restrict__ out, int T) {
+  __shared__ float red[kBlock];
+  const int tid = threadIdx.x;
+  const long long items = (long long)T * kGroups;
+  for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    // item = row * kGroups + group, so its first column is item * kG.
+    const long long base = item * kG;
+    float v[kPerThread];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int j = tid + k * kBlock;
+      v[k] = j < kG ? x[base + j] : 0.0f;
+      ss += v[k] * v[k];
+    }
+    const float total = blockSum(ss, red);
+    const float inv = 1.0f / sqrtf(total / (float)kG + kEps);
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int j = tid + k * kBlock;
+      if (j < kG)
+        out[base + j] = v[k] * inv * w[j];
+    }
+  }
+}
+)cuda";
+
+constexpr const char *kAddRmsNormTemplate = R"cuda(
+// sum = x + residual; normed = sum / sqrt(mean(sum^2) + eps) * w
+// `sum` may alias `x` or `residual` (same thread reads, then writes).
+extern "C" __global__ void __launch_bounds__(kBlock)
+${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
+         float *__restrict__ normed, float *sum, int T) {
+  __shared__ float red[kBlock];
+  const int tid = threadIdx.x;
+  for (int row = blockIdx.x; row < T; row += gridDim.x) {
+    const long long base = (long long)row * kD;
+    float v[kPerThread];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int j = tid + k * kBlock;
+      v[k] = 0.0f;
+      if (j < kD) {
+        v[k] = x[base + j] + residual[base + j];
+        sum[base + j] = v[k];
+      }
+      ss += v[k] * v[k];
+    }
+    const float total = blockSum(ss, red);
+    const float inv = 1.0f / sqrtf(total / (float)kD + kEps);
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int j = tid + k * kBlock;
+      if (j < kD)
+        normed[base + j] = v[k] * inv * w[j];
+    }
+  }
+}
+)cuda";
+
+std::string epsTag(float eps) {
+  uint32_t bits;
+  std::memcpy(&bits, &eps, sizeof(bits));
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", bits);
+  return buf;
+}
+
+llmrt::Status checkParams(const char *what, const RmsNormParams &p) {
+  std::string name(what);
+  if (p.dim <= 0 || p.dim > detail::kMaxDim)
+    return llmrt::invalid_argument(name + ": width " + std::to_string(p.dim) +
+                                   " outside [1, 2^24]");
+  if (p.group <= 0 || p.dim % p.group != 0)
+    return llmrt::invalid_argument(name + ": group " + std::to_string(p.group) +
+                                   " does not divide width " +
+                                   std::to_string(p.dim));
+  if (!std::isfinite(p.eps) || p.eps < 0.0f)
+    return llmrt::invalid_argument(name + ": eps must be finite and >= 0");
+  return llmrt::ok_status();
+}
+
+std::string commonPart(const RmsNormParams &p, int block) {
+  return detail::substitute(kCommon, {{"D", std::to_string(p.dim)},
+                                      {"G", std::to_string(p.group)},
+                                      {"BLOCK", std::to_string(block)},
+                                      {"EPS", detail::floatLiteral(p.eps)}});
+}
+} // namespace
+
+llmrt::StatusOr<KernelSpec> emitRmsNormKernel(const RmsNormParams &p) {
+  RETURN_IF_ERROR(checkParams("rms_norm", p));
+  int block = detail::reductionBlockSize(p.group);
+  int64_t groups = p.dim / p.group;
+  std::string body =
+      "// llmc kernel: rms_norm, width=" + std::to_string(p.dim) +
+      " group=" + std::to_string(p.group) + " eps=" +
+      detail::floatLiteral(p.eps) + "\n// Launch: blockDim.x = " +
+      std::to_string(block) + ", gridDim.x = T * " + std::to_string(groups) +
+      " (grid-stride over (row, group)).\n" + commonPart(p, block) +
+      kRmsNormTemplate;
+  return detail::finishSpec(
+      "rms_norm",
+      "llm_rms_norm_d" + std::to_string(p.dim) + "_g" +
+          std::to_string(p.group) + "_e" + epsTag(p.eps),
+      body, block, groups == 1 ? "rows" : "rows*" + std::to_string(groups));
+}
+
+llmrt::StatusOr<KernelSpec> emitAddRmsNormKernel(const RmsNormParams &p) {
+  RETURN_IF_ERROR(checkParams("add_rms_norm", p));
+  if (p.group != p.dim)
+    return llmrt::invalid_argument(
+        "add_rms_norm: the weight must cover the whole row (group " +
+        std::to_string(p.group) + " != width " + std::to_string(p.dim) + ")");
+  int block = detail::reductionBlockSize(p.dim);
+  std::string body =
+      "// llmc kernel: add_rms_norm, width=" + std::to_string(p.dim) +
+      " eps=" + detail::floatLiteral(p.eps) + "\n// Launch: blockDim.x = " +
+      std::to_string(block) + ", gridDim.x = T (grid-stride over rows).\n" +
+      commonPart(p, block) + kAddRmsNormTemplate;
+  return detail::finishSpec("add_rms_norm",
+                            "llm_add_rms_norm_d" + std::to_string(p.dim) +
+                                "_e" + epsTag(p.eps),
+                            body, block, "rows");
+}
+
+} // namespace llmc

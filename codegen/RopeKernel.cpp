@@ -1,0 +1,158 @@
+//===- RopeKernel.cpp - llm.rope: rotary position embedding ---------------===//
+//
+// Hugging Face semantics. The inverse frequencies (with the rope type folded
+// in) are computed here, at codegen time, and emitted as a table; the kernel
+// computes angle = float(position) * inv_freq[i] in fp32, as HF does, and
+// rotates one pair per thread:
+//   neox:        pair (i, i + hd/2)   out = (x0 c - x1 s, x1 c + x0 s)
+//   interleaved: pair (2i, 2i + 1)    same rotation
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/KernelFamilies.h"
+#include "codegen/KernelSource.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numbers>
+
+namespace llmc {
+
+namespace {
+constexpr const char *kTemplate = R"cuda(// llmc kernel: rope, style=${STYLE} type=${TYPE} heads=${H} head_dim=${HD} theta=${THETA}
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
+// May run in place (out == x): each thread reads its pair, then writes it.
+namespace {
+constexpr int kHeads = ${H};
+constexpr int kHeadDim = ${HD};
+constexpr int kHalf = kHeadDim / 2;
+constexpr int kWidth = kHeads * kHeadDim;
+constexpr int kPairs = kHeads * kHalf;
+constexpr int kBlock = ${BLOCK};
+constexpr bool kNeox = ${NEOX};
+// inv_freq of rotation pair i. Global rather than __constant__ memory: the
+// threads of a warp read different entries.
+__device__ const float kInvFreq[kHalf] = {
+${TABLE}};
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kBlock)
+${ENTRY}(const float *x, const int *__restrict__ positions, float *out,
+         int T) {
+  for (int row = blockIdx.x; row < T; row += gridDim.x) {
+    const float pos = (float)positions[row];
+    const float *src = x + (long long)row * kWidth;
+    float *dst = out + (long long)row * kWidth;
+    for (int p = threadIdx.x; p < kPairs; p += kBlock) {
+      const int head = p / kHalf;
+      const int i = p - head * kHalf;
+      const int a = kNeox ? head * kHeadDim + i : head * kHeadDim + 2 * i;
+      const int b = kNeox ? a + kHalf : a + 1;
+      const float angle = pos * kInvFreq[i];
+      float s, c;
+      sincosf(angle, &s, &c); // one accurate range reduction for both
+      const float x0 = src[a];
+      const float x1 = src[b];
+      dst[a] = x0 * c - x1 * s;
+      dst[b] = x1 * c + x0 * s;
+    }
+  }
+}
+)cuda";
+
+bool finitePositive(double v) { return std::isfinite(v) && v > 0.0; }
+} // namespace
+
+llmrt::StatusOr<std::vector<float>> computeRopeInvFreq(const RopeParams &p) {
+  if (p.headDim <= 0 || p.headDim % 2 != 0)
+    return llmrt::invalid_argument("rope: head_dim " +
+                                   std::to_string(p.headDim) +
+                                   " must be positive and even");
+  if (!finitePositive(p.theta))
+    return llmrt::invalid_argument("rope: theta must be finite and > 0");
+  const int64_t half = p.headDim / 2;
+  std::vector<double> inv(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv[i] = 1.0 / std::pow(p.theta, double(2 * i) / double(p.headDim));
+
+  if (p.ropeType == "default") {
+    // nothing to fold in
+  } else if (p.ropeType == "linear") {
+    if (!finitePositive(p.factor))
+      return llmrt::invalid_argument("rope: linear factor must be > 0");
+    for (double &f : inv)
+      f /= p.factor;
+  } else if (p.ropeType == "llama3") {
+    if (!finitePositive(p.factor) || !finitePositive(p.lowFreqFactor) ||
+        !finitePositive(p.highFreqFactor) || p.originalMaxPosition <= 0)
+      return llmrt::invalid_argument(
+          "rope: llama3 needs factor, low_freq_factor, high_freq_factor and "
+          "original_max_position > 0");
+    if (p.highFreqFactor <= p.lowFreqFactor)
+      return llmrt::invalid_argument(
+          "rope: llama3 needs high_freq_factor > low_freq_factor");
+    const double oldLen = double(p.originalMaxPosition);
+    const double lowWavelen = oldLen / p.lowFreqFactor;
+    const double highWavelen = oldLen / p.highFreqFactor;
+    for (double &f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < highWavelen) {
+        // high frequency: unchanged
+      } else if (wavelen > lowWavelen) {
+        f /= p.factor;
+      } else {
+        const double smooth = (oldLen / wavelen - p.lowFreqFactor) /
+                              (p.highFreqFactor - p.lowFreqFactor);
+        f = (1.0 - smooth) * f / p.factor + smooth * f;
+      }
+    }
+  } else {
+    return llmrt::unimplemented("rope: rope_type '" + p.ropeType +
+                                "' has no GPU kernel (supported: default, "
+                                "linear, llama3)");
+  }
+  std::vector<float> out(half);
+  for (int64_t i = 0; i < half; ++i)
+    out[i] = static_cast<float>(inv[i]);
+  return out;
+}
+
+llmrt::StatusOr<KernelSpec> emitRopeKernel(const RopeParams &p) {
+  if (p.style != "neox" && p.style != "interleaved")
+    return llmrt::invalid_argument("rope: style '" + p.style +
+                                   "' is not 'neox' or 'interleaved'");
+  if (p.numHeads <= 0 || p.headDim <= 0 ||
+      p.numHeads * p.headDim > detail::kMaxDim)
+    return llmrt::invalid_argument(
+        "rope: num_heads * head_dim = " + std::to_string(p.numHeads) + " * " +
+        std::to_string(p.headDim) + " outside [1, 2^24]");
+  ASSIGN_OR_RETURN(std::vector<float> invFreq, computeRopeInvFreq(p));
+
+  std::string table;
+  for (size_t i = 0; i < invFreq.size(); ++i) {
+    table += (i % 4 == 0) ? "    " : " ";
+    table += detail::floatLiteral(invFreq[i]);
+    table += ",";
+    if (i % 4 == 3 || i + 1 == invFreq.size())
+      table += "\n";
+  }
+  char theta[32];
+  std::snprintf(theta, sizeof(theta), "%.17g", p.theta);
+  int block = detail::elementwiseBlockSize(p.numHeads * p.headDim / 2);
+  std::string body = detail::substitute(
+      kTemplate, {{"STYLE", p.style},
+                  {"TYPE", p.ropeType},
+                  {"H", std::to_string(p.numHeads)},
+                  {"HD", std::to_string(p.headDim)},
+                  {"THETA", theta},
+                  {"BLOCK", std::to_string(block)},
+                  {"NEOX", p.style == "neox" ? "true" : "false"},
+                  {"TABLE", table}});
+  return detail::finishSpec(
+      "rope",
+      "llm_rope_" + std::string(p.style == "neox" ? "neox" : "interleaved") +
+          "_h" + std::to_string(p.numHeads) + "_d" + std::to_string(p.headDim),
+      body, block, "rows");
+}
+
+} // namespace llmc

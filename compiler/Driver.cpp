@@ -1,0 +1,162 @@
+//===- Driver.cpp - llmc compile ------------------------------------------===//
+#include "compiler/Driver.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "compiler/Importer.h"
+#include "compiler/PlanWriter.h"
+#include "compiler/frontend/Model.h"
+#include "compiler/tokenizer/HfTokenizer.h"
+#include "ir/LLMDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "passes/Pipeline.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace fs = std::filesystem;
+
+namespace llmc {
+namespace {
+
+llmrt::Status dumpIr(mlir::ModuleOp module, const std::string &dir, int index,
+                     const std::string &stage) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%02d-%s.mlir", index, stage.c_str());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string path = (fs::path(dir) / name).string();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os);
+  std::ofstream out(path);
+  out << os.str();
+  if (!out)
+    return llmrt::invalid_argument("cannot write IR dump '" + path + "'");
+  return llmrt::ok_status();
+}
+
+/// Collects MLIR diagnostics so errors reach the user as one Status.
+struct DiagnosticCollector {
+  explicit DiagnosticCollector(mlir::MLIRContext &ctx)
+      : handler(&ctx, [this](mlir::Diagnostic &d) {
+          std::string s;
+          llvm::raw_string_ostream os(s);
+          os << d.getLocation() << ": " << d;
+          text += (text.empty() ? "" : "\n") + os.str();
+          return mlir::success();
+        }) {}
+  mlir::ScopedDiagnosticHandler handler;
+  std::string text;
+};
+
+} // namespace
+
+llmrt::Status compile(const CompileOptions &opts) {
+  auto start = std::chrono::steady_clock::now();
+  llmrt::StatusOr<LoadedModel> loaded = loadModel(opts.modelPath);
+  if (!loaded.ok())
+    return loaded.status();
+  LoadedModel &model = loaded.value();
+  if (model.sourceKind == "hf" && !model.tokenizer) {
+    fs::path tj = fs::path(opts.modelPath) / "tokenizer.json";
+    if (fs::exists(tj)) {
+      ASSIGN_OR_RETURN(llmrt::TokenizerData tok, loadHfTokenizer(tj.string()));
+      model.tokenizer = std::move(tok);
+    }
+  }
+  RETURN_IF_ERROR(validateModelTensors(model.config, *model.tensors));
+
+  mlir::MLIRContext context;
+  context.loadDialect<llm::LLMDialect, mlir::func::FuncDialect>();
+  DiagnosticCollector diags(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  if (!opts.fromIr.empty()) {
+    llvm::SourceMgr sm;
+    std::string err;
+    auto buffer = llvm::MemoryBuffer::getFile(opts.fromIr);
+    if (!buffer)
+      return llmrt::not_found("cannot read IR file '" + opts.fromIr + "'");
+    sm.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+    module = mlir::parseSourceFile<mlir::ModuleOp>(sm, &context);
+    if (!module)
+      return llmrt::invalid_argument("cannot parse '" + opts.fromIr + "':\n" + diags.text);
+  } else {
+    auto imported = importModel(context, model);
+    if (!imported.ok())
+      return llmrt::Status(imported.status().code(),
+                           imported.status().message() +
+                               (diags.text.empty() ? "" : ":\n" + diags.text));
+    module = std::move(imported.value());
+  }
+  int dumpIndex = 0;
+  if (!opts.dumpIrDir.empty())
+    RETURN_IF_ERROR(dumpIr(*module, opts.dumpIrDir, dumpIndex++, opts.fromIr.empty() ? "import" : "input"));
+
+  std::set<std::string> disabled(opts.disabledPasses.begin(), opts.disabledPasses.end());
+  std::vector<std::string> all = pipelinePassNames();
+  for (const std::string &d : disabled)
+    if (std::find(all.begin(), all.end(), d) == all.end()) {
+      std::string list;
+      for (auto &n : all)
+        list += (list.empty() ? "" : ", ") + n;
+      return llmrt::invalid_argument("--disable-pass: unknown pass '" + d + "' (passes: " + list + ")");
+    }
+  std::vector<std::string> ran;
+  for (const std::string &name : all) {
+    if (disabled.count(name))
+      continue;
+    PipelineOptions popts;
+    popts.kvBlockSize = opts.kvBlockSize;
+    for (const std::string &other : all)
+      if (other != name)
+        popts.disabled.insert(other);
+    mlir::PassManager pm(&context);
+    buildPipeline(pm, popts);
+    if (mlir::failed(pm.run(*module)))
+      return llmrt::invalid_argument("pass " + name + " failed:\n" + diags.text);
+    ran.push_back(name);
+    if (!opts.dumpIrDir.empty())
+      RETURN_IF_ERROR(dumpIr(*module, opts.dumpIrDir, dumpIndex++, name));
+  }
+  if (mlir::failed(mlir::verify(*module)))
+    return llmrt::internal_error("IR failed verification after the passes:\n" + diags.text);
+
+  PlanWriterOptions wopts;
+  wopts.commandLine = opts.commandLine;
+  wopts.passes = ran;
+  wopts.targets = opts.targets;
+  wopts.maxModelLen = opts.maxModelLen;
+  wopts.maxTokensPerStep = opts.maxTokensPerStep;
+  wopts.maxSeqsPerStep = opts.maxSeqsPerStep;
+  auto stats = writePlan(*module, model, wopts, opts.outputPath);
+  if (!stats.ok()) {
+    std::error_code ec;
+    fs::remove(opts.outputPath, ec); // never leave a half-written plan behind
+    return stats.status();
+  }
+  if (!opts.quiet) {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr,
+                 "llmc: wrote %s: %s (%s), %zu tensors, %.1f MiB weights, %zu steps, %zu "
+                 "kernels, %zu targets; %.2f s, peak RSS %.1f MiB\n",
+                 opts.outputPath.c_str(), model.config.name.c_str(),
+                 model.config.architecture.c_str(), stats->tensors,
+                 stats->weightBytes / 1048576.0, stats->steps, stats->kernels,
+                 opts.targets.size(), secs, ru.ru_maxrss / 1024.0);
+  }
+  return llmrt::ok_status();
+}
+
+} // namespace llmc

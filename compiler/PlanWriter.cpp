@@ -1,0 +1,422 @@
+//===- PlanWriter.cpp - `llm` IR → plan file ------------------------------===//
+#include "compiler/PlanWriter.h"
+
+#include <algorithm>
+#include <map>
+
+#include "codegen/KernelEmitter.h"
+#include "codegen/NvrtcCompiler.h"
+#include "ir/LLMDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "runtime/plan/plan_file.h"
+#include "runtime/tokenizer/tokenizer_fb.h"
+
+using namespace mlir;
+namespace fb = llmrt::fb;
+
+namespace llmc {
+namespace {
+
+constexpr const char *kVersion = "llmc 0.1.0";
+
+/// A tensor of the plan: a checkpoint tensor or a concatenation of several.
+struct PlanTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<std::string> parts; ///< source tensor names, concatenated on dim 0
+  uint64_t offset = 0, size = 0;
+};
+
+struct Lowering {
+  Lowering(ModuleOp module, const LoadedModel &model, const PlanWriterOptions &opts)
+      : module(module), model(model), opts(opts) {}
+  ModuleOp module;
+  const LoadedModel &model;
+  const PlanWriterOptions &opts;
+  flatbuffers::FlatBufferBuilder fbb{1 << 20};
+
+  std::vector<PlanTensor> tensors;
+  std::map<std::string, int> tensorIndex;
+  /// Weight-producing value → its description; a tensor enters the plan only
+  /// when a step uses it (weights left dead by fusion are not written).
+  DenseMap<Value, PlanTensor> weightOf;
+  DenseMap<Value, int> valueId;   ///< activation value → plan value id
+  std::vector<flatbuffers::Offset<fb::Value>> values;
+  std::vector<flatbuffers::Offset<fb::Step>> steps;
+  std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
+  std::map<std::string, int> kernelIndex;
+
+  llmrt::Status error(Operation *op, const std::string &msg) {
+    std::string name = op ? op->getName().getStringRef().str() : "module";
+    return llmrt::invalid_argument("lowering " + name + ": " + msg);
+  }
+
+  int addTensor(PlanTensor t) {
+    auto it = tensorIndex.find(t.name);
+    if (it != tensorIndex.end())
+      return it->second;
+    int id = static_cast<int>(tensors.size());
+    tensorIndex[t.name] = id;
+    tensors.push_back(std::move(t));
+    return id;
+  }
+
+  llmrt::StatusOr<int> addValue(Value v, fb::RowKind rows, uint64_t offset,
+                                std::string name) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type)
+      return llmrt::invalid_argument("value of non-tensor type in @forward");
+    int64_t width = llm::rowWidth(type);
+    if (width <= 0)
+      return llmrt::invalid_argument("value '" + name + "' has a dynamic width");
+    fb::DType dt = type.getElementType().isInteger(32) ? fb::DType::I32 : fb::DType::F32;
+    if (!type.getElementType().isF32() && dt != fb::DType::I32)
+      return llmrt::unimplemented("value '" + name + "' has an element type other than f32/i32");
+    int id = static_cast<int>(values.size());
+    values.push_back(fb::CreateValueDirect(fbb, id, name.c_str(), rows, width, dt, offset));
+    valueId[v] = id;
+    return id;
+  }
+
+  flatbuffers::Offset<fb::Param> param(const std::string &key, Attribute a) {
+    auto k = fbb.CreateString(key);
+    if (auto i = dyn_cast<IntegerAttr>(a))
+      return fb::CreateParam(fbb, k, i.getInt(), 0.0);
+    if (auto f = dyn_cast<FloatAttr>(a))
+      return fb::CreateParam(fbb, k, 0, f.getValueAsDouble());
+    if (auto s = dyn_cast<StringAttr>(a))
+      return fb::CreateParam(fbb, k, 0, 0.0, fbb.CreateString(s.getValue().str()));
+    if (auto b = dyn_cast<BoolAttr>(a))
+      return fb::CreateParam(fbb, k, b.getValue() ? 1 : 0, 0.0);
+    if (auto arr = dyn_cast<DenseI64ArrayAttr>(a)) {
+      std::vector<int64_t> v(arr.asArrayRef().begin(), arr.asArrayRef().end());
+      return fb::CreateParam(fbb, k, 0, 0.0, 0, fbb.CreateVector(v));
+    }
+    return {};
+  }
+
+  llmrt::StatusOr<int> kernelFor(Operation *op);
+  llmrt::Status lowerForward(func::FuncOp fn,
+                             flatbuffers::Offset<fb::Program> &program);
+  llmrt::StatusOr<PlanStats> run(const std::string &path);
+};
+
+static fb::OpKind opKind(StringRef name) {
+  static const std::map<std::string, fb::OpKind, std::less<>> kinds = {
+      {"llm.embedding", fb::OpKind::Embedding},
+      {"llm.rms_norm", fb::OpKind::RmsNorm},
+      {"llm.add_rms_norm", fb::OpKind::AddRmsNorm},
+      {"llm.add", fb::OpKind::Add},
+      {"llm.linear", fb::OpKind::Linear},
+      {"llm.split", fb::OpKind::Split},
+      {"llm.rope", fb::OpKind::Rope},
+      {"llm.kv_store", fb::OpKind::KvStore},
+      {"llm.paged_attention", fb::OpKind::PagedAttention},
+      {"llm.silu_mul", fb::OpKind::SiluMul},
+      {"llm.logits", fb::OpKind::Logits},
+  };
+  auto it = kinds.find(name);
+  return it == kinds.end() ? fb::OpKind::Unknown : it->second;
+}
+
+llmrt::StatusOr<int> Lowering::kernelFor(Operation *op) {
+  if (opts.targets.empty() || !hasKernel(op))
+    return -1;
+  FailureOr<KernelSpec> spec = emitKernel(op);
+  if (failed(spec))
+    return error(op, "kernel emission failed");
+  auto it = kernelIndex.find(spec->entry);
+  if (it != kernelIndex.end())
+    return it->second;
+  ASSIGN_OR_RETURN(std::vector<KernelImage> images, compileKernel(*spec, opts.targets));
+  std::vector<flatbuffers::Offset<fb::KernelImage>> imgs;
+  for (const KernelImage &im : images) {
+    auto ptx = fbb.CreateVector(reinterpret_cast<const uint8_t *>(im.ptx.data()), im.ptx.size());
+    auto cubin = fbb.CreateVector(im.cubin);
+    imgs.push_back(fb::CreateKernelImage(fbb, fbb.CreateString(im.target), ptx, cubin));
+  }
+  int id = static_cast<int>(kernels.size());
+  kernels.push_back(fb::CreateKernelDirect(fbb, spec->entry.c_str(), spec->family.c_str(),
+                                           spec->source.c_str(), &spec->blockDim,
+                                           spec->gridRule.c_str(), spec->sharedMemBytes, &imgs));
+  kernelIndex[spec->entry] = id;
+  return id;
+}
+
+llmrt::Status Lowering::lowerForward(func::FuncOp fn,
+                                     flatbuffers::Offset<fb::Program> &program) {
+  if (fn.getNumArguments() != 4)
+    return error(fn, "@forward must take (tokens, positions, batch, kv)");
+  ASSIGN_OR_RETURN(int tokensId, addValue(fn.getArgument(0), fb::RowKind::Tokens, 0, "tokens"));
+  ASSIGN_OR_RETURN(int positionsId, addValue(fn.getArgument(1), fb::RowKind::Tokens, 0, "positions"));
+  int outputId = -1;
+  for (Operation &opRef : fn.getBody().front()) {
+    Operation *op = &opRef;
+    StringRef name = op->getName().getStringRef();
+    if (name == "llm.weight") {
+      auto n = op->getAttrOfType<StringAttr>("name");
+      auto type = cast<RankedTensorType>(op->getResult(0).getType());
+      if (!n)
+        return error(op, "missing name");
+      const SourceTensor *src = model.tensors->find(n.getValue());
+      if (!src)
+        return error(op, "model has no tensor '" + n.getValue().str() + "'");
+      std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+      if (src->shape != shape)
+        return error(op, "tensor '" + n.getValue().str() + "' has a different shape in the model");
+      weightOf[op->getResult(0)] = PlanTensor{n.getValue().str(), shape, {n.getValue().str()}};
+      continue;
+    }
+    if (name == "llm.weight_concat") {
+      PlanTensor t;
+      auto type = cast<RankedTensorType>(op->getResult(0).getType());
+      t.shape.assign(type.getShape().begin(), type.getShape().end());
+      for (Value in : op->getOperands()) {
+        auto it = weightOf.find(in);
+        if (it == weightOf.end())
+          return error(op, "operand is not a weight");
+        const PlanTensor &part = it->second;
+        t.parts.insert(t.parts.end(), part.parts.begin(), part.parts.end());
+      }
+      t.name = "concat(";
+      for (size_t i = 0; i < t.parts.size(); ++i)
+        t.name += (i ? "," : "") + t.parts[i];
+      t.name += ")";
+      weightOf[op->getResult(0)] = std::move(t);
+      continue;
+    }
+    if (name == "func.return") {
+      auto it = valueId.find(op->getOperand(0));
+      if (it == valueId.end())
+        return error(op, "returned value is not an activation");
+      outputId = it->second;
+      continue;
+    }
+    fb::OpKind kind = opKind(name);
+    if (kind == fb::OpKind::Unknown)
+      return error(op, "no runtime step for this op");
+    std::vector<int> inputs, outputs, weights;
+    for (Value in : op->getOperands()) {
+      if (isa<llm::BatchType, llm::KvCacheType>(in.getType()))
+        continue;
+      if (auto w = weightOf.find(in); w != weightOf.end()) {
+        weights.push_back(addTensor(w->second));
+        continue;
+      }
+      auto it = valueId.find(in);
+      if (it == valueId.end())
+        return error(op, "operand is neither an activation nor a weight");
+      inputs.push_back(it->second);
+    }
+    auto offsets = op->getAttrOfType<ArrayAttr>("llm.arena_offsets");
+    unsigned tensorResult = 0;
+    for (Value r : op->getResults()) {
+      if (isa<llm::KvCacheType>(r.getType()))
+        continue;
+      if (!offsets || tensorResult >= offsets.size())
+        return error(op, "result has no arena offset: run the plan-memory pass "
+                         "(it cannot be disabled for a runnable plan)");
+      uint64_t off = cast<IntegerAttr>(offsets[tensorResult++]).getInt();
+      std::string vname = name.drop_front(4).str() + "_" + std::to_string(values.size());
+      ASSIGN_OR_RETURN(int id, addValue(r, kind == fb::OpKind::Logits ? fb::RowKind::LogitRows
+                                                                      : fb::RowKind::Tokens,
+                                        off, vname));
+      outputs.push_back(id);
+    }
+    if ((kind == fb::OpKind::KvStore || kind == fb::OpKind::PagedAttention) &&
+        !op->hasAttr("block_size"))
+      return error(op, "KV layout not chosen: run the kv-cache-layout pass "
+                       "(it cannot be disabled for a runnable plan)");
+    std::vector<std::pair<std::string, Attribute>> attrs;
+    for (NamedAttribute a : op->getAttrs())
+      if (!a.getName().getValue().starts_with("llm."))
+        attrs.emplace_back(a.getName().getValue().str(), a.getValue());
+    std::sort(attrs.begin(), attrs.end(),
+              [](const auto &x, const auto &y) { return x.first < y.first; });
+    std::vector<flatbuffers::Offset<fb::Param>> params;
+    for (auto &[k, a] : attrs) {
+      auto p = param(k, a);
+      if (p.IsNull())
+        return error(op, "attribute '" + k + "' has a type the plan cannot hold");
+      params.push_back(p);
+    }
+    ASSIGN_OR_RETURN(int kernel, kernelFor(op));
+    std::string loc;
+    llvm::raw_string_ostream os(loc);
+    op->getLoc().print(os);
+    steps.push_back(fb::CreateStepDirect(fbb, kind, &inputs, &outputs, &weights, &params,
+                                         kernel, (name.str() + " " + os.str()).c_str()));
+  }
+  if (outputId < 0)
+    return error(fn, "@forward returns nothing");
+  auto fnName = fbb.CreateString("forward");
+  auto vals = fbb.CreateVector(values);
+  auto stps = fbb.CreateVector(steps);
+  program = fb::CreateProgram(fbb, fnName, vals, stps, tokensId, positionsId, outputId);
+  return llmrt::ok_status();
+}
+
+template <typename T>
+llmrt::StatusOr<T> dictGet(DictionaryAttr d, StringRef key, const char *what) {
+  Attribute a = d ? d.get(key) : Attribute();
+  if constexpr (std::is_same_v<T, int64_t>) {
+    if (auto i = dyn_cast_or_null<IntegerAttr>(a))
+      return i.getInt();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (auto f = dyn_cast_or_null<FloatAttr>(a))
+      return f.getValueAsDouble();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (auto s = dyn_cast_or_null<StringAttr>(a))
+      return s.getValue().str();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (auto b = dyn_cast_or_null<BoolAttr>(a))
+      return b.getValue();
+  }
+  return llmrt::invalid_argument(std::string("module attribute ") + what + " has no valid '" +
+                                 key.str() + "'");
+}
+
+llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
+  auto fn = module.lookupSymbol<func::FuncOp>("forward");
+  if (!fn)
+    return llmrt::invalid_argument("module has no @forward function");
+  flatbuffers::Offset<fb::Program> program;
+  RETURN_IF_ERROR(lowerForward(fn, program));
+
+  // Tensor layout: checkpoint order of first use, 64-byte aligned.
+  uint64_t cursor = 0;
+  for (PlanTensor &t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape)
+      numel *= static_cast<uint64_t>(d);
+    cursor = (cursor + llmrt::kTensorAlignment - 1) / llmrt::kTensorAlignment * llmrt::kTensorAlignment;
+    t.offset = cursor;
+    t.size = numel * sizeof(float);
+    cursor += t.size;
+  }
+  const uint64_t weightsSize = cursor;
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensorOffsets;
+  for (const PlanTensor &t : tensors)
+    tensorOffsets.push_back(fb::CreateTensorDirect(fbb, t.name.c_str(), fb::DType::F32, &t.shape,
+                                                   t.offset, t.size, "", "row_major"));
+
+  // Model info and KV spec come from the module (the IR is the source of truth).
+  auto m = module->getAttrOfType<DictionaryAttr>("llm.model");
+  if (!m)
+    return llmrt::invalid_argument("module has no 'llm.model' attribute");
+  ASSIGN_OR_RETURN(std::string arch, dictGet<std::string>(m, "architecture", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t hidden, dictGet<int64_t>(m, "hidden_size", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t layers, dictGet<int64_t>(m, "num_layers", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t heads, dictGet<int64_t>(m, "num_heads", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t kvHeads, dictGet<int64_t>(m, "num_kv_heads", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t headDim, dictGet<int64_t>(m, "head_dim", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t inter, dictGet<int64_t>(m, "intermediate_size", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t vocab, dictGet<int64_t>(m, "vocab_size", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t maxPos, dictGet<int64_t>(m, "max_position_embeddings", "llm.model"));
+  ASSIGN_OR_RETURN(double eps, dictGet<double>(m, "rms_norm_eps", "llm.model"));
+  ASSIGN_OR_RETURN(bool tied, dictGet<bool>(m, "tie_word_embeddings", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t window, dictGet<int64_t>(m, "sliding_window", "llm.model"));
+  ASSIGN_OR_RETURN(double theta, dictGet<double>(m, "rope_theta", "llm.model"));
+  ASSIGN_OR_RETURN(std::string ropeType, dictGet<std::string>(m, "rope_type", "llm.model"));
+  ASSIGN_OR_RETURN(double factor, dictGet<double>(m, "rope_factor", "llm.model"));
+  ASSIGN_OR_RETURN(double lowF, dictGet<double>(m, "rope_low_freq_factor", "llm.model"));
+  ASSIGN_OR_RETURN(double highF, dictGet<double>(m, "rope_high_freq_factor", "llm.model"));
+  ASSIGN_OR_RETURN(int64_t origMax, dictGet<int64_t>(m, "rope_original_max_position", "llm.model"));
+  std::string name = dictGet<std::string>(m, "name", "llm.model").ok()
+                         ? dictGet<std::string>(m, "name", "llm.model").value() : "";
+  std::string source = dictGet<std::string>(m, "source", "llm.model").ok()
+                           ? dictGet<std::string>(m, "source", "llm.model").value() : "";
+  auto rope = fb::CreateRopeInfoDirect(fbb, theta, ropeType.c_str(), factor, lowF, highF, origMax);
+  auto modelInfo = fb::CreateModelInfoDirect(
+      fbb, arch.c_str(), source.c_str(), name.c_str(), hidden, layers, heads, kvHeads, headDim,
+      inter, vocab, maxPos, eps, tied, window, rope);
+
+  auto kvAttr = module->getAttrOfType<DictionaryAttr>("llm.kv_spec");
+  if (!kvAttr)
+    return llmrt::invalid_argument("module has no 'llm.kv_spec': run the kv-cache-layout pass");
+  ASSIGN_OR_RETURN(int64_t kvLayers, dictGet<int64_t>(kvAttr, "num_layers", "llm.kv_spec"));
+  ASSIGN_OR_RETURN(int64_t kvH, dictGet<int64_t>(kvAttr, "num_kv_heads", "llm.kv_spec"));
+  ASSIGN_OR_RETURN(int64_t kvHd, dictGet<int64_t>(kvAttr, "head_dim", "llm.kv_spec"));
+  ASSIGN_OR_RETURN(int64_t blockSize, dictGet<int64_t>(kvAttr, "block_size", "llm.kv_spec"));
+  ASSIGN_OR_RETURN(std::string kvDtype, dictGet<std::string>(kvAttr, "kv_dtype", "llm.kv_spec"));
+  ASSIGN_OR_RETURN(std::string layout, dictGet<std::string>(kvAttr, "layout", "llm.kv_spec"));
+  if (kvDtype != "f32")
+    return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels yet");
+  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize, fb::DType::F32, layout.c_str());
+
+  auto perToken = fn->getAttrOfType<IntegerAttr>("llm.arena_bytes_per_token");
+  if (!perToken)
+    return llmrt::invalid_argument("@forward has no 'llm.arena_bytes_per_token': run plan-memory");
+  int64_t maxModelLen = opts.maxModelLen > 0 ? std::min(opts.maxModelLen, maxPos) : maxPos;
+  auto memory = fb::CreateMemoryPlan(fbb, perToken.getInt(), 0, 0, sizeof(float),
+                                     opts.maxTokensPerStep, opts.maxSeqsPerStep, maxModelLen);
+
+  flatbuffers::Offset<fb::Tokenizer> tok;
+  if (model.tokenizer)
+    tok = llmrt::build_plan_tokenizer(fbb, *model.tokenizer);
+  const GenerationDefaults &g = model.generation;
+  std::vector<int32_t> eos = g.eosIds.empty() ? model.config.eosIds : g.eosIds;
+  if (eos.empty() && model.tokenizer && model.tokenizer->eos_id >= 0)
+    eos.push_back(model.tokenizer->eos_id);
+  auto gen = fb::CreateGenerationDefaultsDirect(fbb, &eos, g.temperature, g.topP, g.topK, g.minP,
+                                                g.repetitionPenalty, g.maxNewTokens);
+  auto compile = fb::CreateCompileInfo(fbb, fbb.CreateString(kVersion),
+                                       fbb.CreateVectorOfStrings(opts.commandLine),
+                                       fbb.CreateVectorOfStrings(opts.passes),
+                                       fbb.CreateVectorOfStrings(opts.targets));
+  std::vector<std::string> features = {"forward_v1", "kv_f32", "weights_f32"};
+  auto featuresOff = fbb.CreateVectorOfStrings(features);
+  auto tensorsOff = fbb.CreateVector(tensorOffsets);
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
+  auto programsOff = fbb.CreateVector(programs);
+  auto kernelsOff = fbb.CreateVector(kernels);
+  fb::PlanBuilder pb(fbb);
+  pb.add_schema_major(llmrt::kSchemaMajor);
+  pb.add_schema_minor(llmrt::kSchemaMinor);
+  pb.add_required_features(featuresOff);
+  pb.add_cpu_kernel_abi(llmrt::kCpuKernelAbi);
+  pb.add_compile(compile);
+  pb.add_model(modelInfo);
+  if (!tok.IsNull())
+    pb.add_tokenizer(tok);
+  pb.add_generation(gen);
+  pb.add_tensors(tensorsOff);
+  pb.add_kv(kv);
+  pb.add_memory(memory);
+  pb.add_programs(programsOff);
+  pb.add_kernels(kernelsOff);
+  pb.add_weights_size(weightsSize);
+  fb::FinishPlanBuffer(fbb, pb.Finish());
+
+  ASSIGN_OR_RETURN(std::unique_ptr<llmrt::PlanFileWriter> writer,
+                   llmrt::PlanFileWriter::create(path, fbb.GetBufferPointer(), fbb.GetSize(), weightsSize));
+  // Stream weights: one tensor at a time, never the whole model in memory.
+  std::vector<float> buffer;
+  for (const PlanTensor &t : tensors) {
+    RETURN_IF_ERROR(writer->pad_to(t.offset));
+    for (const std::string &part : t.parts) {
+      const SourceTensor *src = model.tensors->find(part);
+      buffer.resize(static_cast<size_t>(src->numElements()));
+      RETURN_IF_ERROR(model.tensors->readF32(part, buffer.data()));
+      RETURN_IF_ERROR(writer->append(buffer.data(), buffer.size() * sizeof(float)));
+    }
+  }
+  RETURN_IF_ERROR(writer->finish());
+  PlanStats stats;
+  stats.weightBytes = weightsSize;
+  stats.tensors = tensors.size();
+  stats.steps = steps.size();
+  stats.kernels = kernels.size();
+  return stats;
+}
+
+} // namespace
+
+llmrt::StatusOr<PlanStats> writePlan(ModuleOp module, const LoadedModel &model,
+                                     const PlanWriterOptions &options,
+                                     const std::string &path) {
+  Lowering lowering(module, model, options);
+  return lowering.run(path);
+}
+
+} // namespace llmc

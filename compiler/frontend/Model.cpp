@@ -1,0 +1,116 @@
+//===- Model.cpp - Checkpoint-neutral model description -------------------===//
+
+#include "compiler/frontend/Model.h"
+
+#include "compiler/frontend/Gguf.h"
+#include "compiler/frontend/HfModel.h"
+#include "compiler/frontend/Safetensors.h"
+
+#include <sys/stat.h>
+
+namespace llmc {
+
+using llmrt::invalid_argument;
+using llmrt::Status;
+using llmrt::StatusOr;
+
+const char *sourceDTypeName(SourceDType type) {
+  switch (type) {
+  case SourceDType::F32: return "F32";
+  case SourceDType::F16: return "F16";
+  case SourceDType::BF16: return "BF16";
+  case SourceDType::Q8_0: return "Q8_0";
+  case SourceDType::Q4_0: return "Q4_0";
+  case SourceDType::Q4_1: return "Q4_1";
+  }
+  return "?";
+}
+
+int64_t SourceTensor::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+const SourceTensor *TensorSource::find(std::string_view name) const {
+  for (const SourceTensor &t : tensors())
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+const char *supportedArchitectures() {
+  return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+         "Qwen3ForCausalLM";
+}
+
+namespace {
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+} // namespace
+
+Status validateModelTensors(const ModelConfig &c, const TensorSource &source) {
+  auto expect = [&](const std::string &name,
+                    std::vector<int64_t> shape) -> Status {
+    const SourceTensor *t = source.find(name);
+    if (!t)
+      return llmrt::not_found("missing tensor '" + name + "'");
+    if (t->shape != shape)
+      return invalid_argument("tensor '" + name + "' has shape " +
+                              shapeString(t->shape) + ", the config implies " +
+                              shapeString(shape));
+    return llmrt::ok_status();
+  };
+  const int64_t d = c.hiddenSize, q = c.numHeads * c.headDim,
+                kv = c.numKvHeads * c.headDim, inter = c.intermediateSize;
+  RETURN_IF_ERROR(expect("model.embed_tokens.weight", {c.vocabSize, d}));
+  RETURN_IF_ERROR(expect("model.norm.weight", {d}));
+  if (!c.tieWordEmbeddings)
+    RETURN_IF_ERROR(expect("lm_head.weight", {c.vocabSize, d}));
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(expect(p + "input_layernorm.weight", {d}));
+    RETURN_IF_ERROR(expect(p + "post_attention_layernorm.weight", {d}));
+    RETURN_IF_ERROR(expect(p + "self_attn.q_proj.weight", {q, d}));
+    RETURN_IF_ERROR(expect(p + "self_attn.k_proj.weight", {kv, d}));
+    RETURN_IF_ERROR(expect(p + "self_attn.v_proj.weight", {kv, d}));
+    RETURN_IF_ERROR(expect(p + "self_attn.o_proj.weight", {d, q}));
+    if (c.attentionBias) {
+      RETURN_IF_ERROR(expect(p + "self_attn.q_proj.bias", {q}));
+      RETURN_IF_ERROR(expect(p + "self_attn.k_proj.bias", {kv}));
+      RETURN_IF_ERROR(expect(p + "self_attn.v_proj.bias", {kv}));
+    }
+    if (c.qkNorm) {
+      RETURN_IF_ERROR(expect(p + "self_attn.q_norm.weight", {c.headDim}));
+      RETURN_IF_ERROR(expect(p + "self_attn.k_norm.weight", {c.headDim}));
+    }
+    RETURN_IF_ERROR(expect(p + "mlp.gate_proj.weight", {inter, d}));
+    RETURN_IF_ERROR(expect(p + "mlp.up_proj.weight", {inter, d}));
+    RETURN_IF_ERROR(expect(p + "mlp.down_proj.weight", {d, inter}));
+  }
+  return llmrt::ok_status();
+}
+
+StatusOr<LoadedModel> loadModel(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return llmrt::not_found(path + ": no such file or folder");
+  if (S_ISDIR(st.st_mode))
+    return loadHfModel(path);
+  auto endsWith = [&](std::string_view suffix) {
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (endsWith(".safetensors") || endsWith(".json"))
+    return invalid_argument(path + ": pass the model folder (with config.json) "
+                                   "or a .gguf file, not one of its files");
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(path));
+  return loadGgufModel(std::move(file), path);
+}
+
+} // namespace llmc

@@ -1,0 +1,90 @@
+//===- Passes.td - `llm` passes ---------------------------------*- tablegen -*-===//
+//
+// Every pass of the llmc pipeline, in pipeline order (see Pipeline.h).
+// One implementation file per pass; one lit test per flag
+// (tests/lit/passes/<flag without llm->.mlir).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMC_PASSES_PASSES_TD
+#define LLMC_PASSES_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def FuseQkv : Pass<"llm-fuse-qkv", "::mlir::func::FuncOp"> {
+  let summary = "Fuse llm.linear ops that share their input into one linear + split";
+  let description = [{
+    Every set of two or more `llm.linear` ops that read the same input value,
+    whose results do not feed `llm.silu_mul` (those are left to
+    --llm-fuse-gate-up), whose weights (and biases) are `llm.weight` /
+    `llm.weight_concat` values, and that all have a bias or all have none,
+    becomes one `llm.linear` over `llm.weight_concat` of the weights (and of
+    the biases) followed by `llm.split` into the original widths. The typical
+    catch is the q/k/v projection of every attention block. A set that mixes
+    biased and unbiased linears is left alone.
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def FuseGateUp : Pass<"llm-fuse-gate-up", "::mlir::func::FuncOp"> {
+  let summary = "Fuse the gate and up projections of a SwiGLU MLP";
+  let description = [{
+    `llm.silu_mul(llm.linear(x, wg), llm.linear(x, wu))` where both linears
+    read the same `x`, have no bias, and feed only this `silu_mul` becomes
+    `llm.silu_mul(llm.linear(x, llm.weight_concat(wg, wu)))`, the one-operand
+    (fused [rows, 2I], gate first) form.
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def FuseAddRmsNorm : Pass<"llm-fuse-add-rmsnorm", "::mlir::func::FuncOp"> {
+  let summary = "Fuse a residual add with the plain RMSNorm that reads it";
+  let description = [{
+    `%s = llm.add %a, %b` used by a plain `llm.rms_norm %s, %w` (weight size
+    equal to the width, i.e. not a per-head norm) becomes
+    `%n, %s2 = llm.add_rms_norm %a, %b, %w`; the norm's uses take `%n` and
+    every other use of `%s` takes `%s2`. When several plain norms read the
+    same sum, the first in program order is fused.
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def KvCacheLayout : Pass<"llm-kv-cache-layout", "::mlir::ModuleOp"> {
+  let summary = "Choose the paged KV-cache layout and record it in the module";
+  let description = [{
+    Writes `block_size`, `kv_dtype` and `layout = "block_head_slot_dim"` on
+    every `llm.kv_store` and `llm.paged_attention`, and the module attribute
+    `llm.kv_spec = {num_layers, num_kv_heads, head_dim, block_size, kv_dtype,
+    layout}` (num_layers = highest layer + 1). Fails when the cache ops
+    disagree on num_kv_heads or head_dim, when a paged_attention reads a layer
+    no kv_store writes, or for a kv dtype other than f32 (not supported yet).
+    A module without cache ops is left unchanged.
+  }];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", /*default=*/"16",
+           "tokens per KV-cache block">,
+    Option<"kvDtype", "kv-dtype", "std::string", /*default=*/"\"f32\"",
+           "element type of the KV cache (only f32 today)">,
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+def PlanMemory : Pass<"llm-plan-memory", "::mlir::func::FuncOp"> {
+  let summary = "Assign every activation an arena offset per row of capacity";
+  let description = [{
+    Liveness over the function body in program order. Every ranked-tensor
+    result of an op other than llm.weight / llm.weight_concat (function
+    arguments excluded) gets a slot of `width * element bytes` rounded up to
+    64 bytes per row. Slots are allocated best-fit from the space of values
+    whose last use lies strictly before the defining op (a value dies after
+    its last user; values returned by the function live to the end), so an
+    op's outputs never overlap its own inputs or each other.
+    Records `llm.arena_offsets = [i64, ...]` (an ArrayAttr of i64
+    IntegerAttrs: bytes per row, one per result, -1 for results without a
+    slot, e.g. a !llm.kv_cache) on every op with a slot and
+    `llm.arena_bytes_per_token` (i64) on the function.
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
+#endif // LLMC_PASSES_PASSES_TD

@@ -1,0 +1,72 @@
+//===- Pipeline.cpp - the llmc pass pipeline ------------------------------===//
+
+#include "passes/Pipeline.h"
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace llmc {
+
+std::vector<std::string> pipelinePassNames() {
+  return {"fuse-qkv", "fuse-gate-up", "fuse-add-rmsnorm", "kv-cache-layout",
+          "plan-memory"};
+}
+
+std::vector<std::string> unknownDisabledPasses(const PipelineOptions &opts) {
+  std::vector<std::string> known = pipelinePassNames();
+  std::vector<std::string> unknown;
+  for (const std::string &name : opts.disabled)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      unknown.push_back(name);
+  return unknown;
+}
+
+void buildPipeline(OpPassManager &pm, const PipelineOptions &opts) {
+  auto enabled = [&](const char *name) { return !opts.disabled.count(name); };
+  if (enabled("fuse-qkv"))
+    pm.addNestedPass<func::FuncOp>(createFuseQkv());
+  if (enabled("fuse-gate-up"))
+    pm.addNestedPass<func::FuncOp>(createFuseGateUp());
+  if (enabled("fuse-add-rmsnorm"))
+    pm.addNestedPass<func::FuncOp>(createFuseAddRmsNorm());
+  if (enabled("kv-cache-layout")) {
+    KvCacheLayoutOptions kv;
+    kv.blockSize = opts.kvBlockSize;
+    kv.kvDtype = opts.kvDtype;
+    pm.addPass(createKvCacheLayout(kv));
+  }
+  if (enabled("plan-memory"))
+    pm.addNestedPass<func::FuncOp>(createPlanMemory());
+}
+
+namespace {
+struct LLMPipelineCLOptions : PassPipelineOptions<LLMPipelineCLOptions> {
+  Option<int64_t> kvBlockSize{*this, "kv-block-size",
+                              llvm::cl::desc("tokens per KV-cache block"),
+                              llvm::cl::init(16)};
+  Option<std::string> kvDtype{*this, "kv-dtype",
+                              llvm::cl::desc("KV-cache element type"),
+                              llvm::cl::init("f32")};
+  ListOption<std::string> disable{
+      *this, "disable",
+      llvm::cl::desc("passes to skip, without the llm- prefix")};
+};
+} // namespace
+
+void registerLLMPipeline() {
+  PassPipelineRegistration<LLMPipelineCLOptions>(
+      "llm-pipeline", "The llmc pass pipeline (fusion, KV layout, memory plan)",
+      [](OpPassManager &pm, const LLMPipelineCLOptions &cl) {
+        PipelineOptions opts;
+        opts.kvBlockSize = cl.kvBlockSize;
+        opts.kvDtype = cl.kvDtype;
+        opts.disabled.insert(cl.disable.begin(), cl.disable.end());
+        buildPipeline(pm, opts);
+      });
+}
+
+} // namespace llmc

@@ -1,0 +1,93 @@
+// Executes a plan's `forward` program on the CPU over a ragged batch with a paged KV cache
+// (runtime/plan/PROGRAM.md). create() decodes and validates the program once into typed steps
+// and allocates everything (arena, KV cache, scratch); forward() validates the batch and runs the
+// steps without allocating.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/plan/plan_file.h"
+
+namespace llmrt {
+
+class ThreadPool;
+
+/// One step's batch (see PROGRAM.md). Rows query_start[S] .. T-1 are padding (kv_slots -1).
+struct BatchInput {
+  std::span<const int32_t> tokens, positions;  // [T]
+  std::span<const int64_t> kv_slots;           // [T], -1 = padding
+  std::span<const int32_t> query_start;        // [S+1]
+  std::span<const int32_t> context_lens;       // [S]
+  std::span<const int32_t> block_tables;       // [S * max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::span<const int32_t> logits_indices;     // [L]
+};
+
+struct CpuExecutorOptions {
+  int threads = 0;              // 0: hardware concurrency
+  int max_tokens_per_step = 0;  // 0: the plan's cap
+  int max_seqs_per_step = 0;    // 0: the plan's cap
+  int num_kv_blocks = 0;        // 0: enough for one sequence of max_model_len tokens
+};
+
+class CpuExecutor {
+ public:
+  static StatusOr<std::unique_ptr<CpuExecutor>> create(const Plan& plan,
+                                                       const CpuExecutorOptions& options);
+  ~CpuExecutor();
+  CpuExecutor(const CpuExecutor&) = delete;
+  CpuExecutor& operator=(const CpuExecutor&) = delete;
+
+  /// Runs one step; writes logits [L, vocab] (row i for logits_indices[i]). Every sequence's
+  /// positions must be context_len - n .. context_len - 1 (n = its rows in this step) and every
+  /// row's kv slot must be the block-table slot of its position.
+  Status forward(const BatchInput& batch, float* logits);
+  /// Copies physical KV block src to dst in every layer (copy-on-write after BlockManager::fork).
+  Status copy_kv_block(int32_t src, int32_t dst);
+
+  int vocab_size() const { return vocab_size_; }
+  int block_size() const { return block_size_; }
+  int num_kv_blocks() const { return num_kv_blocks_; }
+  int num_layers() const { return num_layers_; }
+  int max_tokens_per_step() const { return max_tokens_; }
+  int max_seqs_per_step() const { return max_seqs_; }
+  int max_model_len() const { return max_model_len_; }
+  int num_threads() const;
+  size_t workspace_bytes() const;
+  size_t kv_cache_bytes() const { return kv_cache_.size() * sizeof(float); }
+
+  struct Step;
+  struct ValueInfo;
+
+ private:
+  CpuExecutor();
+  Status init(const Plan& plan, const CpuExecutorOptions& options);
+  Status decode_step(const Plan& plan, const fb::Step& step, int index, Step* out);
+  Status check_memory_plan();
+  Status validate_batch(const BatchInput& batch, const float* logits);
+  float* value_ptr(int id, float* logits) const;
+
+  std::vector<ValueInfo> values_;
+  std::vector<Step> steps_;
+  int token_input_ = -1, position_input_ = -1, output_ = -1;
+  int vocab_size_ = 0, embedding_rows_ = 0;
+  int num_layers_ = 0, num_kv_heads_ = 0, head_dim_ = 0, block_size_ = 0;
+  int num_kv_blocks_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_model_len_ = 0;
+
+  std::unique_ptr<ThreadPool> pool_;
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<float, FreeDeleter> arena_;
+  size_t arena_bytes_ = 0;
+  std::vector<float> kv_cache_;        // [layers][K|V][blocks, kv_heads, block_size, head_dim]
+  std::vector<float> attn_scratch_;    // [threads][max_model_len]
+  std::vector<int32_t> seq_of_row_;    // [max_tokens]
+};
+
+}  // namespace llmrt

@@ -1,0 +1,193 @@
+#include "runtime/generate/generator.h"
+
+#include <algorithm>
+
+#include "runtime/kv/block_manager.h"
+#include "runtime/plan/plan_file.h"
+
+namespace llmrt {
+
+Generator::~Generator() = default;
+
+StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const GeneratorOptions& options) {
+  std::unique_ptr<Generator> g(new Generator());
+  ASSIGN_OR_RETURN(g->executor_, CpuExecutor::create(plan, options.executor));
+  g->eos_ids_ = options.eos_ids;
+  if (g->eos_ids_.empty() && plan.fb().generation() && plan.fb().generation()->eos_ids())
+    for (int32_t id : *plan.fb().generation()->eos_ids()) g->eos_ids_.push_back(id);
+  return g;
+}
+
+int64_t Generator::blocks_needed(const std::vector<GenerationRequest>& requests, int block_size,
+                                 int max_model_len) {
+  int64_t blocks = 0;
+  for (const GenerationRequest& r : requests) {
+    int64_t tokens = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + std::max(0, r.max_tokens),
+                                       max_model_len);
+    blocks += (tokens + block_size - 1) / block_size;
+  }
+  return blocks;
+}
+
+namespace {
+
+struct SeqState {
+  size_t index = 0;
+  int32_t cached = 0;               // tokens in the KV cache
+  std::vector<int32_t> pending;     // tokens still to feed
+  bool prefill = true;              // pending holds (part of) the prompt
+  bool done = false;
+};
+
+}  // namespace
+
+StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<GenerationRequest>& requests,
+                                                            const TokenCallback& on_token) {
+  CpuExecutor& ex = *executor_;
+  const int vocab = ex.vocab_size();
+  const int max_len = ex.max_model_len();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
+    const std::string which = "request " + std::to_string(i);
+    if (r.prompt.empty()) return invalid_argument(which + ": the prompt is empty");
+    if (static_cast<int64_t>(r.prompt.size()) >= max_len)
+      return out_of_range(which + ": the prompt has " + std::to_string(r.prompt.size()) +
+                          " tokens but the context is " + std::to_string(max_len) +
+                          " tokens (at least one must remain for the answer)");
+    for (int32_t t : r.prompt)
+      if (t < 0 || t >= vocab)
+        return invalid_argument(which + ": token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                std::to_string(vocab) + ")");
+    if (r.max_tokens < 0) return invalid_argument(which + ": max_tokens must not be negative");
+    RETURN_IF_ERROR(validate_sampling_params(r.sampling, vocab).with_context(which));
+  }
+  if (blocks_needed(requests, ex.block_size(), max_len) > ex.num_kv_blocks())
+    return resource_exhausted("the requests need " +
+                              std::to_string(blocks_needed(requests, ex.block_size(), max_len)) +
+                              " KV blocks but the cache has " + std::to_string(ex.num_kv_blocks()));
+
+  BlockManager blocks(ex.num_kv_blocks(), ex.block_size());
+  Sampler sampler(vocab);
+  std::vector<GenerationOutput> out(requests.size());
+  std::vector<SeqState> seqs(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    seqs[i].index = i;
+    seqs[i].pending = requests[i].prompt;
+    RETURN_IF_ERROR(blocks.add_sequence(static_cast<int64_t>(i)));
+    if (requests[i].max_tokens == 0 && !requests[i].want_prompt_logits && !requests[i].want_last_logits) {
+      seqs[i].done = true;
+      out[i].finish_reason = "length";
+    }
+    if (requests[i].want_prompt_logits) out[i].prompt_logits.resize(requests[i].prompt.size() * size_t(vocab));
+  }
+
+  // Step buffers, reused.
+  std::vector<int32_t> tokens, positions, query_start, context_lens, block_tables, logits_indices;
+  std::vector<int64_t> kv_slots, slots;
+  std::vector<BlockCopy> copies;
+  std::vector<float> logits;
+  struct RowUse { size_t seq; int32_t prompt_pos; bool sample; };
+  std::vector<RowUse> logit_rows;
+  std::vector<size_t> step_seqs;
+  const int budget = ex.max_tokens_per_step();
+  const int max_seqs = ex.max_seqs_per_step();
+
+  for (;;) {
+    tokens.clear(); positions.clear(); query_start.assign(1, 0); context_lens.clear();
+    kv_slots.clear(); logits_indices.clear(); logit_rows.clear(); step_seqs.clear();
+    for (SeqState& s : seqs) {
+      if (s.done || s.pending.empty()) continue;
+      int room = budget - static_cast<int>(tokens.size());
+      if (room <= 0 || static_cast<int>(step_seqs.size()) >= max_seqs) break;
+      int n = std::min<int>(room, static_cast<int>(s.pending.size()));
+      const GenerationRequest& r = requests[s.index];
+      slots.clear(); copies.clear();
+      RETURN_IF_ERROR(blocks.append_slots(static_cast<int64_t>(s.index), n, &slots, &copies));
+      for (const BlockCopy& c : copies) RETURN_IF_ERROR(ex.copy_kv_block(c.src, c.dst));
+      const bool completes = n == static_cast<int>(s.pending.size());
+      for (int k = 0; k < n; ++k) {
+        int row = static_cast<int>(tokens.size());
+        tokens.push_back(s.pending[k]);
+        positions.push_back(s.cached + k);
+        kv_slots.push_back(slots[k]);
+        bool last = completes && k == n - 1;
+        if (s.prefill && r.want_prompt_logits) {
+          logits_indices.push_back(row);
+          logit_rows.push_back({s.index, s.cached + k, last});
+        } else if (last) {
+          logits_indices.push_back(row);
+          logit_rows.push_back({s.index, s.prefill ? s.cached + k : -1, true});
+        }
+      }
+      s.pending.erase(s.pending.begin(), s.pending.begin() + n);
+      s.cached += n;
+      context_lens.push_back(s.cached);
+      query_start.push_back(static_cast<int32_t>(tokens.size()));
+      step_seqs.push_back(s.index);
+    }
+    if (step_seqs.empty()) break;
+    int max_blocks = 0;
+    for (size_t idx : step_seqs) {
+      ASSIGN_OR_RETURN(std::span<const int32_t> table, blocks.block_table(static_cast<int64_t>(idx)));
+      max_blocks = std::max<int>(max_blocks, static_cast<int>(table.size()));
+    }
+    block_tables.assign(step_seqs.size() * size_t(max_blocks), 0);
+    for (size_t j = 0; j < step_seqs.size(); ++j) {
+      ASSIGN_OR_RETURN(std::span<const int32_t> table, blocks.block_table(static_cast<int64_t>(step_seqs[j])));
+      std::copy(table.begin(), table.end(), block_tables.begin() + j * max_blocks);
+    }
+    logits.resize(logits_indices.size() * size_t(vocab));
+    BatchInput batch;
+    batch.tokens = tokens;
+    batch.positions = positions;
+    batch.kv_slots = kv_slots;
+    batch.query_start = query_start;
+    batch.context_lens = context_lens;
+    batch.block_tables = block_tables;
+    batch.max_blocks_per_seq = max_blocks;
+    batch.logits_indices = logits_indices;
+    RETURN_IF_ERROR(ex.forward(batch, logits.data()));
+
+    for (size_t li = 0; li < logit_rows.size(); ++li) {
+      const RowUse& use = logit_rows[li];
+      SeqState& s = seqs[use.seq];
+      const GenerationRequest& r = requests[use.seq];
+      GenerationOutput& o = out[use.seq];
+      std::span<const float> row(logits.data() + li * size_t(vocab), size_t(vocab));
+      if (s.prefill && use.prompt_pos >= 0 && r.want_prompt_logits)
+        std::copy(row.begin(), row.end(), o.prompt_logits.begin() + size_t(use.prompt_pos) * vocab);
+      if (!use.sample) continue;
+      if (s.prefill && r.want_last_logits) o.last_logits.assign(row.begin(), row.end());
+      s.prefill = false;
+      if (static_cast<int32_t>(o.tokens.size()) >= r.max_tokens) {
+        s.done = true;
+        o.finish_reason = "length";
+        continue;
+      }
+      SamplingContext ctx;
+      ctx.params = &r.sampling;
+      ctx.request_id = use.seq;
+      ctx.step = o.tokens.size();
+      ctx.prompt_tokens = r.prompt;
+      ctx.output_tokens = o.tokens;
+      ASSIGN_OR_RETURN(SampleResult res, sampler.sample(ctx, row));
+      o.tokens.push_back(res.token);
+      o.logprobs.push_back(res.logprob);
+      if (on_token) on_token(use.seq, res.token);
+      const bool eos = !r.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), res.token) != eos_ids_.end();
+      if (eos) {
+        s.done = true;
+        o.finish_reason = "stop";
+      } else if (static_cast<int32_t>(o.tokens.size()) >= r.max_tokens || s.cached >= max_len) {
+        s.done = true;
+        o.finish_reason = "length";
+      } else {
+        s.pending.assign(1, res.token);
+      }
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) RETURN_IF_ERROR(blocks.free_sequence(static_cast<int64_t>(i)));
+  return out;
+}
+
+}  // namespace llmrt

@@ -1,0 +1,70 @@
+// Offline generation over the CPU executor: several requests run together as one ragged batch
+// per step (prompts chunked to the step's token budget, then one decode row per sequence), with
+// the paged KV cache managed by BlockManager and tokens drawn by the Sampler. This is what
+// `llmrt run` uses; the serving scheduler (continuous batching, preemption) builds on the same
+// pieces.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/engine/cpu_executor.h"
+#include "runtime/sampler/sampler.h"
+
+namespace llmrt {
+
+class Plan;
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 16;
+  bool ignore_eos = false;
+  bool want_prompt_logits = false;  // logits at every prompt position (teacher forcing)
+  bool want_last_logits = false;    // logits at the last prompt position
+};
+
+struct GenerationOutput {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string finish_reason;        // "stop" (EOS) | "length" (max_tokens or context)
+  std::vector<float> prompt_logits; // [prompt_len, vocab]
+  std::vector<float> last_logits;   // [vocab]
+};
+
+struct GeneratorOptions {
+  CpuExecutorOptions executor;
+  std::vector<int32_t> eos_ids;     // stop tokens; empty: the plan's generation defaults
+};
+
+/// Called after each generated token: (request index, token).
+using TokenCallback = std::function<void(size_t, int32_t)>;
+
+class Generator {
+ public:
+  static StatusOr<std::unique_ptr<Generator>> create(const Plan& plan, const GeneratorOptions& options);
+  ~Generator();
+
+  /// Runs every request to completion. Errors (prompt longer than the context, ids outside the
+  /// vocabulary, bad sampling parameters, KV cache too small) are reported before any work.
+  StatusOr<std::vector<GenerationOutput>> generate(const std::vector<GenerationRequest>& requests,
+                                                   const TokenCallback& on_token = {});
+
+  CpuExecutor& executor() { return *executor_; }
+  int vocab_size() const { return executor_->vocab_size(); }
+  int max_model_len() const { return executor_->max_model_len(); }
+
+  /// KV blocks needed to run `requests` together (for CpuExecutorOptions::num_kv_blocks).
+  static int64_t blocks_needed(const std::vector<GenerationRequest>& requests, int block_size,
+                               int max_model_len);
+
+ private:
+  Generator() = default;
+  std::unique_ptr<CpuExecutor> executor_;
+  std::vector<int32_t> eos_ids_;
+};
+
+}  // namespace llmrt

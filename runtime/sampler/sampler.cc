@@ -1,0 +1,186 @@
+#include "runtime/sampler/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace llmrt {
+namespace {
+
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool finite(float x) { return std::isfinite(x); }
+
+// Probability desc, then id asc: the fixed candidate order.
+bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  if (a.first != b.first) return a.first > b.first;
+  return a.second < b.second;
+}
+
+}  // namespace
+
+uint64_t sampling_random_bits(uint64_t seed, uint64_t request_id, uint64_t step) {
+  return mix(mix(mix(seed) ^ request_id) ^ step);
+}
+
+double sampling_uniform(uint64_t seed, uint64_t request_id, uint64_t step) {
+  return static_cast<double>(sampling_random_bits(seed, request_id, step) >> 11) *
+         (1.0 / 9007199254740992.0);
+}
+
+Status validate_sampling_params(const SamplingParams& p, int32_t vocab_size) {
+  if (!finite(p.temperature) || p.temperature < 0.0f)
+    return invalid_argument("temperature must be >= 0, got " + std::to_string(p.temperature));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return invalid_argument("top_p must be in (0, 1], got " + std::to_string(p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+    return invalid_argument("min_p must be in [0, 1], got " + std::to_string(p.min_p));
+  if (p.top_k < 0) return invalid_argument("top_k must be >= 0 (0 = off)");
+  if (!finite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
+    return invalid_argument("repetition_penalty must be > 0");
+  if (!finite(p.presence_penalty) || !finite(p.frequency_penalty))
+    return invalid_argument("presence/frequency penalties must be finite");
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab_size)
+      return invalid_argument("logit_bias token id " + std::to_string(id) + " outside vocab of " +
+                              std::to_string(vocab_size));
+    if (!finite(bias)) return invalid_argument("logit_bias values must be finite");
+  }
+  return ok_status();
+}
+
+Sampler::Sampler(int32_t vocab_size)
+    : vocab_size_(vocab_size), work_(vocab_size), counts_(vocab_size, 0), seen_(vocab_size, 0) {
+  cand_.reserve(vocab_size);
+}
+
+StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<const float> logits,
+                                       std::span<LogitsProcessor* const> processors) {
+  if (!ctx.params) return invalid_argument("sampling context has no params");
+  const SamplingParams& p = *ctx.params;
+  if (static_cast<int64_t>(logits.size()) != vocab_size_)
+    return invalid_argument("logits row has " + std::to_string(logits.size()) +
+                            " entries, vocab is " + std::to_string(vocab_size_));
+  RETURN_IF_ERROR(validate_sampling_params(p, vocab_size_));
+  for (int32_t t : ctx.prompt_tokens)
+    if (t < 0 || t >= vocab_size_) return invalid_argument("prompt token id out of range");
+  for (int32_t t : ctx.output_tokens)
+    if (t < 0 || t >= vocab_size_) return invalid_argument("output token id out of range");
+
+  std::copy(logits.begin(), logits.end(), work_.begin());
+  float* w = work_.data();
+
+  // 1. penalties
+  if (p.repetition_penalty != 1.0f) {
+    auto mark = [&](std::span<const int32_t> toks) {
+      for (int32_t t : toks) seen_[t] = 1;
+    };
+    mark(ctx.prompt_tokens);
+    mark(ctx.output_tokens);
+    auto apply = [&](std::span<const int32_t> toks) {
+      for (int32_t t : toks) {
+        if (!seen_[t]) continue;  // already handled (a token may repeat)
+        seen_[t] = 0;
+        w[t] = w[t] > 0.0f ? w[t] / p.repetition_penalty : w[t] * p.repetition_penalty;
+      }
+    };
+    apply(ctx.prompt_tokens);
+    apply(ctx.output_tokens);
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    for (int32_t t : ctx.output_tokens) ++counts_[t];
+    for (int32_t t : ctx.output_tokens) {
+      if (counts_[t] == 0) continue;
+      w[t] -= p.frequency_penalty * static_cast<float>(counts_[t]) + p.presence_penalty;
+      counts_[t] = 0;
+    }
+  }
+  // 2. logit bias
+  for (const auto& [id, bias] : p.logit_bias) w[id] += bias;
+  // 3. processors
+  for (LogitsProcessor* proc : processors) {
+    if (!proc) continue;
+    RETURN_IF_ERROR(proc->apply(ctx, std::span<float>(work_)));
+  }
+
+  // Raw logprob helper (log_softmax of the input logits).
+  auto raw_logprob = [&](int32_t tok) {
+    float mx = -INFINITY;
+    for (float x : logits) mx = std::max(mx, x);
+    double sum = 0.0;
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+    return static_cast<float>(static_cast<double>(logits[tok]) - mx - std::log(sum));
+  };
+
+  // 4. temperature / greedy
+  if (p.temperature == 0.0f) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < vocab_size_; ++i)
+      if (!std::isnan(w[i]) && w[i] != -INFINITY && (best < 0 || w[i] > w[best])) best = i;
+    if (best < 0) return failed_precondition("every token is masked; nothing to sample");
+    return SampleResult{best, raw_logprob(best)};
+  }
+  float mx = -INFINITY;
+  for (int32_t i = 0; i < vocab_size_; ++i)
+    if (!std::isnan(w[i])) mx = std::max(mx, w[i]);
+  if (mx == -INFINITY) return failed_precondition("every token is masked; nothing to sample");
+  const float inv_t = 1.0f / p.temperature;
+  const float mx_scaled = mx * inv_t;
+  cand_.clear();
+  float pmax = 0.0f;
+  for (int32_t i = 0; i < vocab_size_; ++i) {
+    if (std::isnan(w[i]) || w[i] == -INFINITY) continue;
+    const float e = std::exp(w[i] * inv_t - mx_scaled);  // unnormalized probability
+    if (e > 0.0f) cand_.emplace_back(e, i);
+    pmax = std::max(pmax, e);
+  }
+  // 5. min-p (relative to the max, so normalization does not matter)
+  if (p.min_p > 0.0f) {
+    const float thr = p.min_p * pmax;
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(),
+                               [&](const auto& c) { return c.first < thr; }),
+                cand_.end());
+  }
+  // 6. top-k, 7. top-p: both need the fixed (prob desc, id asc) order.
+  const bool need_sort = p.top_k > 0 || p.top_p < 1.0f;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < cand_.size()) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), before);
+    cand_.resize(p.top_k);
+  } else if (need_sort) {
+    std::sort(cand_.begin(), cand_.end(), before);
+  }
+  if (p.top_p < 1.0f) {
+    double total = 0.0;
+    for (const auto& c : cand_) total += c.first;
+    const double target = static_cast<double>(p.top_p) * total;
+    double cum = 0.0;
+    size_t keep = 0;
+    while (keep < cand_.size()) {
+      cum += cand_[keep].first;
+      ++keep;
+      if (cum >= target) break;
+    }
+    cand_.resize(std::max<size_t>(keep, 1));
+  }
+  // 8. draw
+  double total = 0.0;
+  for (const auto& c : cand_) total += c.first;
+  const double u = sampling_uniform(p.seed, ctx.request_id, ctx.step) * total;
+  double cum = 0.0;
+  int32_t token = cand_.back().second;
+  for (const auto& c : cand_) {
+    cum += c.first;
+    if (cum > u) {
+      token = c.second;
+      break;
+    }
+  }
+  return SampleResult{token, raw_logprob(token)};
+}
+
+}  // namespace llmrt

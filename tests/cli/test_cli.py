@@ -1,0 +1,126 @@
+"""llmc / llmrt as a user drives them: inspect, IR dumps, pass toggles, --from-ir, linkage."""
+
+import json
+import math
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import TINY, clean_error, logits, ok, run
+
+PROMPTS = [[1, 5, 9, 33, 70, 2, 14], [3, 4], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110]]
+
+
+def test_llmrt_links_no_llvm_mlir_or_cuda(llmrt):
+    out = subprocess.run(["ldd", str(llmrt)], capture_output=True, text=True).stdout
+    for lib in ("libLLVM", "libMLIR", "libcuda", "libcudart", "libnvrtc", "libcublas"):
+        assert lib not in out, f"llmrt links {lib}:\n{out}"
+
+
+def test_inspect_reports_model_kv_and_memory_fit(llmc, tiny_plan):
+    cfg = json.loads((TINY / "llama" / "config.json").read_text())
+    j = json.loads(ok([llmc, "inspect", tiny_plan, "--json", "--memory", "8GiB"]).stdout)
+    assert j["model"]["architecture"] == "LlamaForCausalLM"
+    assert j["model"]["num_layers"] == cfg["num_hidden_layers"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * 4
+    assert j["kv_cache"]["bytes_per_token"] == per_token
+    fit = j["memory_fit"]
+    assert fit["budget"] == 8 << 30
+    assert fit["weights"] == j["tensors"]["bytes"]
+    block = j["kv_cache"]["block_size"]
+    assert fit["kv_blocks"] == (fit["budget"] - fit["weights"] - fit["workspace"]) // (block * per_token)
+    for ctx in ("512", "2048", "4096"):
+        assert fit["max_sequences_at_context"][ctx] == fit["kv_blocks"] // math.ceil(int(ctx) / block)
+    text = ok([llmc, "inspect", tiny_plan, "--memory", "1GiB"]).stdout
+    assert "LlamaForCausalLM" in text and "KV blocks" in text and "concurrent sequences" in text
+    clean_error(run([llmc, "inspect", tiny_plan, "--memory", "lots"]), "--memory")
+
+
+def test_dump_ir_writes_each_stage(llmc, tmp_path):
+    dump = tmp_path / "ir"
+    ok([llmc, "compile", TINY / "llama", "-o", tmp_path / "p.fb", "--target", "none", "-q", "--dump-ir", dump])
+    names = sorted(p.name for p in dump.iterdir())
+    assert names == ["00-import.mlir", "01-fuse-qkv.mlir", "02-fuse-gate-up.mlir", "03-fuse-add-rmsnorm.mlir",
+                     "04-kv-cache-layout.mlir", "05-plan-memory.mlir"], names
+    imported = (dump / "00-import.mlir").read_text()
+    assert "llm.weight_concat" not in imported and "llm.linear" in imported
+    assert "llm.weight_concat" in (dump / "01-fuse-qkv.mlir").read_text()
+    assert "llm.add_rms_norm" in (dump / "03-fuse-add-rmsnorm.mlir").read_text()
+    assert "block_size" in (dump / "04-kv-cache-layout.mlir").read_text()
+    assert "llm.arena_offsets" in (dump / "05-plan-memory.mlir").read_text()
+
+
+@pytest.mark.parametrize("pass_name,op,changes", [
+    ("fuse-qkv", "Split", "fewer"), ("fuse-gate-up", "Linear", "more"), ("fuse-add-rmsnorm", "AddRmsNorm", "fewer")])
+def test_disable_pass_changes_plan_not_logits(llmc, llmrt, tiny_plan, tmp_path, pass_name, op, changes):
+    plan = tmp_path / f"no-{pass_name}.fb"
+    ok([llmc, "compile", TINY / "llama", "-o", plan, "--target", "none", "-q", "--disable-pass", pass_name])
+    base = json.loads(ok([llmc, "inspect", tiny_plan, "--json"]).stdout)["program"]
+    off = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)["program"]
+    assert off["steps"] != base["steps"], "disabling the pass did not change the plan"
+    n_base, n_off = base["ops"].get(op, 0), off["ops"].get(op, 0)
+    assert (n_off < n_base) if changes == "fewer" else (n_off > n_base), (op, n_base, n_off)
+    # The arithmetic of each fusion is the same per element: the logits stay bit-identical.
+    a = logits(llmrt, tiny_plan, PROMPTS, tmp_path)
+    b = logits(llmrt, plan, PROMPTS, tmp_path)
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("pass_name", ["kv-cache-layout", "plan-memory"])
+def test_disabling_a_required_pass_is_a_clear_error(llmc, tmp_path, pass_name):
+    out = tmp_path / "p.fb"
+    clean_error(run([llmc, "compile", TINY / "llama", "-o", out, "--target", "none", "--disable-pass", pass_name]),
+                pass_name)
+    assert not out.exists(), "a failed compile left a plan behind"
+
+
+def test_unknown_pass_name(llmc, tmp_path):
+    clean_error(run([llmc, "compile", TINY / "llama", "-o", tmp_path / "p.fb", "--disable-pass", "fuse-everything"]),
+                "fuse-everything")
+
+
+def test_from_ir_compiles_edited_ir(llmc, llmrt, tiny_plan, tmp_path):
+    dump = tmp_path / "ir"
+    ok([llmc, "compile", TINY / "llama", "-o", tmp_path / "a.fb", "--target", "none", "-q", "--dump-ir", dump])
+    text = (dump / "00-import.mlir").read_text()
+    same = tmp_path / "same.fb"
+    ok([llmc, "compile", TINY / "llama", "--from-ir", dump / "00-import.mlir", "-o", same, "--target", "none", "-q"])
+    assert np.array_equal(logits(llmrt, same, PROMPTS[0], tmp_path), logits(llmrt, tiny_plan, PROMPTS[0], tmp_path))
+    edited_text, n = re.subn(r"theta = [-+0-9.e]+", "theta = 5.000000e+01", text)
+    assert n > 0, "no rope theta found in the imported IR"
+    edited = tmp_path / "edited.mlir"
+    edited.write_text(edited_text)
+    plan = tmp_path / "edited.fb"
+    ok([llmc, "compile", TINY / "llama", "--from-ir", edited, "-o", plan, "--target", "none", "-q"])
+    a = logits(llmrt, tiny_plan, PROMPTS[0], tmp_path)
+    b = logits(llmrt, plan, PROMPTS[0], tmp_path)
+    assert np.abs(a - b).max() > 1e-3 * np.abs(a).max(), "editing the IR did not change the result"
+    broken = tmp_path / "broken.mlir"
+    broken.write_text(text.replace("llm.embedding", "llm.embeding", 1))
+    clean_error(run([llmc, "compile", TINY / "llama", "--from-ir", broken, "-o", tmp_path / "x.fb"]), "embeding")
+
+
+def test_batch_invariance_end_to_end(llmrt, tiny_plan, tmp_path):
+    alone = [logits(llmrt, tiny_plan, p, tmp_path) for p in PROMPTS]
+    together = logits(llmrt, tiny_plan, PROMPTS, tmp_path)
+    reordered = logits(llmrt, tiny_plan, PROMPTS[::-1], tmp_path)
+    for i, a in enumerate(alone):
+        assert np.array_equal(a, together[i])
+        assert np.array_equal(a, reordered[len(PROMPTS) - 1 - i])
+    one = logits(llmrt, tiny_plan, PROMPTS, tmp_path, "--threads", "1")
+    two = logits(llmrt, tiny_plan, PROMPTS, tmp_path, "--threads", "2")
+    assert np.array_equal(one, two)
+
+
+def test_greedy_generation_json(llmrt, tiny_plan):
+    out = ok([llmrt, "run", tiny_plan, "--prompt-ids", "1,2,3", "--prompt-ids", "7,8",
+              "--max-tokens", "5", "--temperature", "0", "--ignore-eos", "--json"]).stdout
+    res = json.loads(out)["outputs"]
+    assert [len(o["output_ids"]) for o in res] == [5, 5]
+    assert all(o["finish_reason"] == "length" for o in res)
+    seeded = [ok([llmrt, "run", tiny_plan, "--prompt-ids", "1,2,3", "--max-tokens", "8", "--temperature", "1",
+                  "--seed", "7", "--ignore-eos", "--json"]).stdout for _ in range(2)]
+    assert seeded[0] == seeded[1]

@@ -1,0 +1,237 @@
+// NVRTC driver: PTX + CUBIN per target, validated with ptxas and llvm-readelf.
+
+#include "codegen/KernelFamilies.h"
+#include "codegen/NvrtcCompiler.h"
+
+#include "CodegenTestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using llmc::KernelImage;
+using llmc::KernelSpec;
+using llmc::testing::TempDir;
+
+bool contains(const std::string &haystack, const std::string &needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+/// One spec per family (and both silu_mul forms), SmolLM2-135M shapes.
+std::vector<KernelSpec> allFamilies() {
+  std::vector<KernelSpec> specs;
+  auto add = [&](llmrt::StatusOr<KernelSpec> s) {
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (s.ok())
+      specs.push_back(std::move(s).value());
+  };
+  add(llmc::emitEmbeddingKernel({49152, 576}));
+  add(llmc::emitRmsNormKernel({576, 576, 1e-5f}));
+  add(llmc::emitRmsNormKernel({576, 64, 1e-6f}));
+  add(llmc::emitAddRmsNormKernel({576, 576, 1e-5f}));
+  llmc::RopeParams rope;
+  rope.numHeads = 9;
+  rope.headDim = 64;
+  rope.theta = 100000.0;
+  add(llmc::emitRopeKernel(rope));
+  rope.style = "interleaved";
+  rope.ropeType = "llama3";
+  rope.factor = 8.0;
+  add(llmc::emitRopeKernel(rope));
+  add(llmc::emitSiluMulKernel({1536, false}));
+  add(llmc::emitSiluMulKernel({1536, true}));
+  return specs;
+}
+
+/// Reads the little-endian ELF64 header fields we check.
+struct ElfInfo {
+  bool isElf64 = false;
+  uint16_t machine = 0;
+  uint32_t flags = 0;
+};
+ElfInfo elfInfo(const std::vector<uint8_t> &bytes) {
+  ElfInfo info;
+  if (bytes.size() < 64 || std::memcmp(bytes.data(), "\x7f" "ELF", 4) != 0)
+    return info;
+  info.isElf64 = bytes[4] == 2 && bytes[5] == 1;
+  std::memcpy(&info.machine, bytes.data() + 18, 2);
+  std::memcpy(&info.flags, bytes.data() + 48, 4);
+  return info;
+}
+constexpr uint16_t kEmCuda = 190;
+/// CUDA ELF (CUDA 12.8+ ABI): the SM number is in bits 8..15 of e_flags.
+unsigned smFromFlags(uint32_t flags) { return (flags >> 8) & 0xff; }
+
+TEST(NvrtcTargets, ValidateTarget) {
+  for (const char *t : {"sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90",
+                        "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_110",
+                        "sm_120", "sm_121", "sm_120f"})
+    EXPECT_TRUE(llmc::validateTarget(t).ok()) << t;
+  for (const char *t : {"sm_70", "sm_86a", "sm_90f", "compute_90", "sm_",
+                        "", "sm_090", "sm_9x", "SM_90", "sm_80 ", "sm_99"}) {
+    llmrt::Status st = llmc::validateTarget(t);
+    EXPECT_EQ(st.code(), llmrt::StatusCode::kInvalidArgument) << t;
+    EXPECT_TRUE(contains(st.message(), "'" + std::string(t) + "'"))
+        << st.message();
+  }
+}
+
+TEST(NvrtcTargets, DefaultTargetsAreValid) {
+  std::vector<std::string> targets = llmc::defaultTargets();
+  EXPECT_EQ(targets,
+            (std::vector<std::string>{"sm_80", "sm_86", "sm_89", "sm_90"}));
+  for (const std::string &t : targets)
+    EXPECT_TRUE(llmc::validateTarget(t).ok()) << t;
+}
+
+TEST(NvrtcCompile, ErrorsBeforeCompiling) {
+  KernelSpec spec = llmc::emitSiluMulKernel({64, false}).value();
+  auto bad = llmc::compileKernel(spec, {"sm_90", "sm_70"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), llmrt::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(bad.status().message(), "sm_70"));
+  auto none = llmc::compileKernel(spec, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), llmrt::StatusCode::kInvalidArgument);
+  KernelSpec empty;
+  EXPECT_FALSE(llmc::compileKernel(empty, {"sm_90"}).ok());
+}
+
+TEST(NvrtcCompile, WithoutNvrtcSaysSo) {
+  if (llmc::nvrtcAvailable())
+    GTEST_SKIP() << "this build has NVRTC";
+  KernelSpec spec = llmc::emitSiluMulKernel({64, false}).value();
+  auto r = llmc::compileKernel(spec, {"sm_90"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), llmrt::StatusCode::kUnavailable);
+  EXPECT_TRUE(contains(r.status().message(), "NVRTC not available in this build"));
+}
+
+class NvrtcTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!llmc::nvrtcAvailable())
+      GTEST_SKIP() << "built without NVRTC (LLMC_ENABLE_CUDA off)";
+  }
+};
+
+TEST_F(NvrtcTest, VersionKnown) {
+  EXPECT_FALSE(llmc::nvrtcVersionString().empty());
+}
+
+TEST_F(NvrtcTest, CompileErrorCarriesCallCodeAndLog) {
+  KernelSpec spec;
+  spec.family = "broken";
+  spec.entry = "llm_broken";
+  spec.source = "extern \"C\" __global__ void llm_broken(float *y) {\n"
+                "  y[0] = undefined_name;\n}\n";
+  spec.blockDim = {32, 1, 1};
+  auto r = llmc::compileKernel(spec, {"sm_90"});
+  ASSERT_FALSE(r.ok());
+  const std::string msg = r.status().message();
+  EXPECT_EQ(r.status().code(), llmrt::StatusCode::kInternal);
+  EXPECT_TRUE(contains(msg, "nvrtcCompileProgram")) << msg;
+  EXPECT_TRUE(contains(msg, "NVRTC_ERROR_COMPILATION")) << msg;
+  EXPECT_TRUE(contains(msg, "sm_90")) << msg;
+  EXPECT_TRUE(contains(msg, "undefined_name")) << msg; // from the log
+}
+
+TEST_F(NvrtcTest, MissingEntryIsAnError) {
+  KernelSpec spec;
+  spec.entry = "llm_expected_name";
+  spec.source = "extern \"C\" __global__ void other_name(float *y) { y[0] = 1; }\n";
+  auto r = llmc::compileKernel(spec, {"sm_80"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.status().message(), "llm_expected_name"));
+}
+
+TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
+  for (const KernelSpec &spec : allFamilies()) {
+    SCOPED_TRACE(spec.entry);
+    auto images = llmc::compileKernel(spec, {"sm_80", "sm_90"});
+    ASSERT_TRUE(images.ok()) << images.status().to_string();
+    ASSERT_EQ(images->size(), 2u);
+    for (const KernelImage &image : *images) {
+      SCOPED_TRACE(image.target);
+      unsigned sm = image.target == "sm_80" ? 80 : 90;
+      EXPECT_TRUE(contains(image.ptx, ".target " + image.target)) << image.ptx;
+      EXPECT_TRUE(contains(image.ptx, ".entry " + spec.entry + "("));
+      EXPECT_EQ(image.ptx.find('\0'), std::string::npos);
+      ASSERT_FALSE(image.cubin.empty());
+      ElfInfo elf = elfInfo(image.cubin);
+      EXPECT_TRUE(elf.isElf64);
+      EXPECT_EQ(elf.machine, kEmCuda);
+      EXPECT_EQ(smFromFlags(elf.flags), sm);
+      // The kernel name is in the ELF (string table).
+      std::string bytes(image.cubin.begin(), image.cubin.end());
+      EXPECT_TRUE(contains(bytes, spec.entry));
+    }
+  }
+}
+
+TEST_F(NvrtcTest, PtxassemblesWithPtxasAndCubinReadsWithReadelf) {
+  if (!llmc::testing::isExecutable(LLMC_PTXAS) ||
+      !llmc::testing::isExecutable(LLMC_READELF))
+    GTEST_SKIP() << "ptxas (" << LLMC_PTXAS << ") or llvm-readelf ("
+                 << LLMC_READELF << ") not found";
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::regex flagsRe("Flags:\\s+0x([0-9A-Fa-f]+)");
+  for (const KernelSpec &spec : allFamilies()) {
+    SCOPED_TRACE(spec.entry);
+    auto images = llmc::compileKernel(spec, {"sm_80", "sm_90"});
+    ASSERT_TRUE(images.ok()) << images.status().to_string();
+    for (const KernelImage &image : *images) {
+      SCOPED_TRACE(image.target);
+      const unsigned sm = image.target == "sm_80" ? 80 : 90;
+      const std::string base = dir.file(spec.entry + "." + image.target);
+      ASSERT_TRUE(llmc::testing::writeFile(base + ".ptx", image.ptx.data(),
+                                           image.ptx.size()));
+      ASSERT_TRUE(llmc::testing::writeFile(base + ".nvrtc.cubin",
+                                           image.cubin.data(),
+                                           image.cubin.size()));
+      // Our PTX assembles with the toolkit's ptxas for the same SM.
+      auto ptxas = llmc::testing::runCommand(
+          std::string("'") + LLMC_PTXAS + "' -arch=" + image.target + " '" +
+              base + ".ptx' -o '" + base + ".ptxas.cubin'",
+          base + ".ptxas.log");
+      ASSERT_EQ(ptxas.exitCode, 0) << ptxas.output;
+
+      for (const char *which : {".nvrtc.cubin", ".ptxas.cubin"}) {
+        SCOPED_TRACE(which);
+        auto readelf = llmc::testing::runCommand(
+            std::string("'") + LLMC_READELF + "' -h -s '" + base + which + "'",
+            base + which + ".log");
+        ASSERT_EQ(readelf.exitCode, 0) << readelf.output;
+        EXPECT_TRUE(contains(readelf.output, "Machine:"));
+        EXPECT_TRUE(contains(readelf.output, "NVIDIA CUDA")) << readelf.output;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(readelf.output, m, flagsRe))
+            << readelf.output;
+        EXPECT_EQ(smFromFlags(std::stoul(m[1].str(), nullptr, 16)), sm)
+            << "flags 0x" << m[1].str();
+        // The entry is a global function symbol.
+        std::regex symRe("FUNC\\s+GLOBAL.*\\s" + spec.entry + "\\s*\\n");
+        EXPECT_TRUE(std::regex_search(readelf.output, symRe))
+            << readelf.output;
+      }
+    }
+  }
+}
+
+TEST_F(NvrtcTest, NewerTargetsCompile) {
+  KernelSpec spec = llmc::emitRmsNormKernel({576, 576, 1e-5f}).value();
+  auto images = llmc::compileKernel(spec, {"sm_75", "sm_90a", "sm_120"});
+  ASSERT_TRUE(images.ok()) << images.status().to_string();
+  ASSERT_EQ(images->size(), 3u);
+  EXPECT_EQ((*images)[1].target, "sm_90a");
+  EXPECT_EQ(smFromFlags(elfInfo((*images)[2].cubin).flags), 120u);
+  EXPECT_EQ(smFromFlags(elfInfo((*images)[0].cubin).flags), 75u);
+}
+
+} // namespace

@@ -1,0 +1,484 @@
+// CPU kernels against naive references written here (double accumulation), plus the
+// invariances of the numerical contract: scalar == AVX2 bit for bit, results independent of the
+// batch rows and the thread count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/thread_pool.h"
+
+namespace llmrt {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << "at " << i;
+}
+
+// Restores the ISA after a test that switches it.
+struct IsaGuard {
+  CpuIsa saved = active_isa();
+  ~IsaGuard() { set_active_isa(saved); }
+};
+
+TEST(CpuFeatures, ReportsIsa) {
+  std::printf("detected ISA: %s\n", isa_name(detected_isa()));
+  IsaGuard guard;
+  set_active_isa(CpuIsa::kScalar);
+  EXPECT_EQ(active_isa(), CpuIsa::kScalar);
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.num_threads(), threads);
+    for (int64_t n : {0, 1, 2, 7, 100}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> max_worker{-1};
+      pool.parallel_for(n, [&](int64_t b, int64_t e, int w) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+        int m = max_worker.load();
+        while (w > m && !max_worker.compare_exchange_weak(m, w)) {}
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+      EXPECT_LT(max_worker.load(), threads);
+    }
+  }
+}
+
+TEST(Dot, MatchesReferenceAndScalarEqualsSimd) {
+  IsaGuard guard;
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 64, 100, 577}) {
+    auto a = random_vec(n, 1 + n), b = random_vec(n, 100 + n);
+    double ref = 0;
+    for (int64_t i = 0; i < n; ++i) ref += double(a[i]) * b[i];
+    set_active_isa(CpuIsa::kScalar);
+    const float s = cpu::dot(a.data(), b.data(), n);
+    set_active_isa(detected_isa());
+    const float v = cpu::dot(a.data(), b.data(), n);
+    EXPECT_NEAR(s, ref, 1e-5 * (1 + n)) << n;
+    EXPECT_EQ(std::memcmp(&s, &v, sizeof(float)), 0) << "n=" << n << " scalar " << s << " simd " << v;
+  }
+}
+
+TEST(Dot, CanonicalOrderIsTheDocumentedOne) {
+  // Elements chosen so that a different summation order gives a different float.
+  std::vector<float> a(19), b(19, 1.0f);
+  for (int i = 0; i < 19; ++i) a[i] = (i % 3 == 0 ? 1e8f : 1.0f) * (i % 2 ? -1.0f : 1.0f) + i * 0.37f;
+  float acc[8] = {};
+  for (int k = 0; k < 16; k += 8)
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(a[k + l], b[k + l], acc[l]);
+  float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  for (int k = 16; k < 19; ++k) s = std::fma(a[k], b[k], s);
+  const float got = cpu::dot(a.data(), b.data(), 19);
+  EXPECT_EQ(std::memcmp(&got, &s, sizeof(float)), 0) << got << " vs " << s;
+  float sequential = 0;
+  for (int k = 0; k < 19; ++k) sequential = std::fma(a[k], b[k], sequential);
+  EXPECT_NE(sequential, s) << "the data does not discriminate summation orders";
+}
+
+TEST(Axpy, ScalarEqualsSimd) {
+  IsaGuard guard;
+  auto x = random_vec(37, 5), y0 = random_vec(37, 6);
+  std::vector<float> y1 = y0, y2 = y0;
+  set_active_isa(CpuIsa::kScalar);
+  cpu::axpy(0.3f, x.data(), y1.data(), 37);
+  set_active_isa(detected_isa());
+  cpu::axpy(0.3f, x.data(), y2.data(), 37);
+  EXPECT_TRUE(bit_equal(y1, y2));
+  for (int i = 0; i < 37; ++i) EXPECT_FLOAT_EQ(y1[i], std::fma(0.3f, x[i], y0[i]));
+}
+
+struct LinearCase {
+  int64_t t, k, n;
+  bool bias;
+};
+
+TEST(Linear, MatchesReferenceAndIsBatchAndThreadInvariant) {
+  IsaGuard guard;
+  ThreadPool one(1), three(3);
+  for (LinearCase c : {LinearCase{1, 8, 8, false}, LinearCase{5, 33, 19, true},
+                       LinearCase{7, 64, 70, false}, LinearCase{4, 3, 130, true},
+                       LinearCase{13, 100, 9, true}}) {
+    auto x = random_vec(c.t * c.k, 11), w = random_vec(c.n * c.k, 12), bias = random_vec(c.n, 13);
+    const float* bp = c.bias ? bias.data() : nullptr;
+    std::vector<double> ref(c.t * c.n);
+    for (int64_t t = 0; t < c.t; ++t)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = c.bias ? bias[j] : 0.0;
+        for (int64_t i = 0; i < c.k; ++i) s += double(x[t * c.k + i]) * w[j * c.k + i];
+        ref[t * c.n + j] = s;
+      }
+    std::vector<float> y1(c.t * c.n), y3(c.t * c.n), ys(c.t * c.n), rows(c.t * c.n);
+    cpu::linear(x.data(), nullptr, c.t, c.k, w.data(), c.n, bp, y1.data(), one);
+    expect_near_all(y1, ref, 1e-5);
+    cpu::linear(x.data(), nullptr, c.t, c.k, w.data(), c.n, bp, y3.data(), three);
+    EXPECT_TRUE(bit_equal(y1, y3)) << "thread count changed results";
+    for (int64_t t = 0; t < c.t; ++t)  // each row alone
+      cpu::linear(x.data() + t * c.k, nullptr, 1, c.k, w.data(), c.n, bp, rows.data() + t * c.n, three);
+    EXPECT_TRUE(bit_equal(y1, rows)) << "batching changed results";
+    set_active_isa(CpuIsa::kScalar);
+    cpu::linear(x.data(), nullptr, c.t, c.k, w.data(), c.n, bp, ys.data(), three);
+    set_active_isa(detected_isa());
+    EXPECT_TRUE(bit_equal(y1, ys)) << "scalar and SIMD differ";
+  }
+}
+
+TEST(Logits, GathersRows) {
+  ThreadPool pool(2);
+  const int64_t T = 6, D = 20, V = 45;
+  auto x = random_vec(T * D, 21), w = random_vec(V * D, 22);
+  std::vector<int32_t> idx = {5, 0, 3};
+  std::vector<float> out(idx.size() * V);
+  cpu::logits(x.data(), D, idx.data(), idx.size(), w.data(), V, out.data(), pool);
+  std::vector<float> full(T * V);
+  cpu::linear(x.data(), nullptr, T, D, w.data(), V, nullptr, full.data(), pool);
+  for (size_t i = 0; i < idx.size(); ++i)
+    EXPECT_EQ(std::memcmp(out.data() + i * V, full.data() + idx[i] * V, V * sizeof(float)), 0);
+}
+
+TEST(Embedding, GathersRows) {
+  ThreadPool pool(2);
+  auto table = random_vec(10 * 6, 31);
+  std::vector<int32_t> tok = {3, 9, 0, 3};
+  std::vector<float> out(4 * 6);
+  cpu::embedding(tok.data(), 4, table.data(), 6, out.data(), pool);
+  for (int t = 0; t < 4; ++t)
+    for (int d = 0; d < 6; ++d) EXPECT_EQ(out[t * 6 + d], table[tok[t] * 6 + d]);
+}
+
+std::vector<double> naive_rms(const std::vector<float>& x, int64_t rows, int64_t dim,
+                              const std::vector<float>& w, int64_t group, double eps) {
+  std::vector<double> y(rows * dim);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t g = 0; g < dim; g += group) {
+      double ss = 0;
+      for (int64_t i = 0; i < group; ++i) ss += double(x[t * dim + g + i]) * x[t * dim + g + i];
+      const double inv = 1.0 / std::sqrt(ss / group + eps);
+      for (int64_t i = 0; i < group; ++i) y[t * dim + g + i] = x[t * dim + g + i] * inv * w[i];
+    }
+  return y;
+}
+
+TEST(RmsNorm, PlainAndGrouped) {
+  ThreadPool pool(2);
+  const int64_t rows = 5, dim = 24;
+  auto x = random_vec(rows * dim, 41, 3.0f);
+  for (int64_t group : {24, 8}) {
+    auto w = random_vec(group, 42);
+    std::vector<float> y(rows * dim);
+    cpu::rms_norm(x.data(), rows, dim, w.data(), group, 1e-5f, y.data(), pool);
+    expect_near_all(y, naive_rms(x, rows, dim, w, group, 1e-5), 1e-5);
+    std::vector<float> inplace = x;  // in place
+    cpu::rms_norm(inplace.data(), rows, dim, w.data(), group, 1e-5f, inplace.data(), pool);
+    EXPECT_TRUE(bit_equal(inplace, y));
+  }
+}
+
+TEST(AddRmsNorm, SumAndNormed) {
+  ThreadPool pool(2);
+  const int64_t rows = 3, dim = 19;
+  auto x = random_vec(rows * dim, 51), r = random_vec(rows * dim, 52), w = random_vec(dim, 53);
+  std::vector<float> normed(rows * dim), sum(rows * dim);
+  cpu::add_rms_norm(x.data(), r.data(), rows, dim, w.data(), 1e-6f, normed.data(), sum.data(), pool);
+  std::vector<float> want_sum(rows * dim);
+  for (size_t i = 0; i < want_sum.size(); ++i) want_sum[i] = x[i] + r[i];
+  EXPECT_TRUE(bit_equal(sum, want_sum));
+  expect_near_all(normed, naive_rms(want_sum, rows, dim, w, dim, 1e-6), 1e-5);
+}
+
+TEST(Elementwise, AddSiluMulSplit) {
+  ThreadPool pool(3);
+  const int64_t rows = 4, I = 10;
+  auto a = random_vec(rows * I, 61, 4.0f), b = random_vec(rows * I, 62, 4.0f);
+  std::vector<float> c(rows * I);
+  cpu::add(a.data(), b.data(), rows, I, c.data(), pool);
+  for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], a[i] + b[i]);
+
+  std::vector<float> sep(rows * I), fused(rows * I), gu(rows * 2 * I);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t i = 0; i < I; ++i) {
+      gu[t * 2 * I + i] = a[t * I + i];
+      gu[t * 2 * I + I + i] = b[t * I + i];
+    }
+  cpu::silu_mul(a.data(), I, b.data(), I, rows, I, sep.data(), pool);
+  cpu::silu_mul(gu.data(), 2 * I, gu.data() + I, 2 * I, rows, I, fused.data(), pool);
+  EXPECT_TRUE(bit_equal(sep, fused));
+  std::vector<double> want(rows * I);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(a[i]))) * b[i];
+  expect_near_all(sep, want, 1e-6);
+
+  // split [rows, 3 + 5 + 2]
+  const std::vector<int64_t> sizes = {3, 5, 2};
+  auto x = random_vec(rows * 10, 63);
+  std::vector<float> o0(rows * 3), o1(rows * 5), o2(rows * 2);
+  float* outs[3] = {o0.data(), o1.data(), o2.data()};
+  cpu::split(x.data(), rows, 10, sizes, outs, pool);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(o0[t * 3 + i], x[t * 10 + i]);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(o1[t * 5 + i], x[t * 10 + 3 + i]);
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(o2[t * 2 + i], x[t * 10 + 8 + i]);
+  }
+}
+
+// ---- RoPE against hand-computed values ----
+
+TEST(Rope, InverseFrequenciesDefaultAndLinear) {
+  cpu::RopeConfig c;
+  c.head_dim = 4;
+  c.theta = 10000.0;
+  auto inv = cpu::rope_inv_freq(c);
+  ASSERT_TRUE(inv.ok());
+  ASSERT_EQ(inv->size(), 2u);
+  EXPECT_FLOAT_EQ((*inv)[0], 1.0f);
+  EXPECT_FLOAT_EQ((*inv)[1], 0.01f);  // 10000^(-2/4)
+  c.type = cpu::RopeConfig::Type::kLinear;
+  c.factor = 4.0;
+  auto lin = cpu::rope_inv_freq(c);
+  ASSERT_TRUE(lin.ok());
+  EXPECT_FLOAT_EQ((*lin)[0], 0.25f);
+  EXPECT_FLOAT_EQ((*lin)[1], 0.0025f);
+}
+
+TEST(Rope, NeoxAndInterleavedRotations) {
+  ThreadPool pool(1);
+  const float x[4] = {1, 2, 3, 4};
+  const float inv[2] = {1.0f, 0.01f};
+  const int32_t pos[1] = {3};
+  float y[4];
+  cpu::rope(x, 1, 1, 4, pos, inv, /*interleaved=*/false, y, pool);
+  const double c0 = std::cos(3.0), s0 = std::sin(3.0), c1 = std::cos(0.03), s1 = std::sin(0.03);
+  // neox: (x0, x2) rotate with freq 0, (x1, x3) with freq 1.
+  EXPECT_NEAR(y[0], 1 * c0 - 3 * s0, 1e-6);
+  EXPECT_NEAR(y[2], 3 * c0 + 1 * s0, 1e-6);
+  EXPECT_NEAR(y[1], 2 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(y[3], 4 * c1 + 2 * s1, 1e-6);
+  cpu::rope(x, 1, 1, 4, pos, inv, /*interleaved=*/true, y, pool);
+  // interleaved: (x0, x1) with freq 0, (x2, x3) with freq 1.
+  EXPECT_NEAR(y[0], 1 * c0 - 2 * s0, 1e-6);
+  EXPECT_NEAR(y[1], 2 * c0 + 1 * s0, 1e-6);
+  EXPECT_NEAR(y[2], 3 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(y[3], 4 * c1 + 3 * s1, 1e-6);
+}
+
+TEST(Rope, MultiHeadInPlaceAndPositionZeroIsIdentity) {
+  ThreadPool pool(2);
+  const int heads = 3, hd = 8, rows = 4;
+  cpu::RopeConfig c;
+  c.head_dim = hd;
+  auto inv = cpu::rope_inv_freq(c);
+  ASSERT_TRUE(inv.ok());
+  auto x = random_vec(rows * heads * hd, 71);
+  std::vector<int32_t> pos = {0, 1, 5, 100};
+  std::vector<float> y(x.size());
+  cpu::rope(x.data(), rows, heads, hd, pos.data(), inv->data(), false, y.data(), pool);
+  for (int i = 0; i < heads * hd; ++i) EXPECT_EQ(y[i], x[i]);  // position 0
+  for (int t = 0; t < rows; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < hd / 2; ++i) {
+        const double a = double(pos[t]) * (*inv)[i];
+        const float* xi = &x[(t * heads + h) * hd];
+        EXPECT_NEAR(y[(t * heads + h) * hd + i], xi[i] * std::cos(a) - xi[i + hd / 2] * std::sin(a), 1e-4);
+      }
+  std::vector<float> z = x;
+  cpu::rope(z.data(), rows, heads, hd, pos.data(), inv->data(), false, z.data(), pool);
+  EXPECT_TRUE(bit_equal(z, y));
+}
+
+TEST(Rope, Llama3Scaling) {
+  cpu::RopeConfig c;
+  c.head_dim = 128;
+  c.theta = 500000.0;
+  c.type = cpu::RopeConfig::Type::kLlama3;
+  c.factor = 8.0;
+  c.low_freq_factor = 1.0;
+  c.high_freq_factor = 4.0;
+  c.original_max_position = 8192;
+  auto scaled = cpu::rope_inv_freq(c);
+  ASSERT_TRUE(scaled.ok());
+  c.type = cpu::RopeConfig::Type::kDefault;
+  auto base = cpu::rope_inv_freq(c);
+  ASSERT_TRUE(base.ok());
+  int high = 0, low = 0, medium = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double f = (*base)[i];
+    const double wavelen = 2 * M_PI / f;
+    double want;
+    if (wavelen < 8192.0 / 4.0) {  // high frequency: unchanged
+      want = f;
+      ++high;
+    } else if (wavelen > 8192.0 / 1.0) {  // low frequency: divided by factor
+      want = f / 8.0;
+      ++low;
+    } else {  // smooth blend
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      want = (1 - smooth) * f / 8.0 + smooth * f;
+      ++medium;
+    }
+    EXPECT_NEAR((*scaled)[i], want, 1e-6 * want) << "i=" << i;
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(low, 0);
+  EXPECT_GT(medium, 0);
+  // Hand-checked anchor: i = 0 has wavelen 2*pi (< 2048): unchanged, 1.0.
+  EXPECT_EQ((*scaled)[0], 1.0f);
+}
+
+TEST(Rope, BadConfigsAreErrors) {
+  cpu::RopeConfig c;
+  c.head_dim = 7;
+  EXPECT_FALSE(cpu::rope_inv_freq(c).ok());
+  c.head_dim = 8;
+  c.theta = -1;
+  EXPECT_FALSE(cpu::rope_inv_freq(c).ok());
+  c.theta = 10000;
+  c.type = cpu::RopeConfig::Type::kLlama3;
+  c.low_freq_factor = c.high_freq_factor = 2.0;
+  EXPECT_FALSE(cpu::rope_inv_freq(c).ok());
+  EXPECT_FALSE(cpu::parse_rope_type("yarn").ok());
+  EXPECT_TRUE(cpu::parse_rope_type("llama3").ok());
+}
+
+// ---- KV store + paged attention against a naive contiguous attention ----
+
+struct AttnSetup {
+  int H = 4, Hkv = 2, hd = 8, bs = 4;
+  int64_t num_blocks = 16;
+  std::vector<float> k_cache, v_cache;
+  cpu::KvLayer layer() {
+    cpu::KvLayer kv;
+    kv.k = k_cache.data();
+    kv.v = v_cache.data();
+    kv.num_blocks = num_blocks;
+    kv.num_kv_heads = Hkv;
+    kv.block_size = bs;
+    kv.head_dim = hd;
+    return kv;
+  }
+  AttnSetup() : k_cache(num_blocks * Hkv * bs * hd), v_cache(k_cache.size()) {}
+};
+
+TEST(PagedAttention, GqaAndSlidingWindowMatchNaive) {
+  IsaGuard guard;
+  for (int window : {0, 3, 6}) {
+    AttnSetup s;
+    ThreadPool pool(3), one(1);
+    // Two sequences: A with 9 tokens (all queried), B with 6 cached + 2 queried, then a pad row.
+    const std::vector<int> ctx = {9, 8};
+    const std::vector<int> nq = {9, 2};
+    const int max_blocks = 3;
+    const std::vector<int32_t> tables = {7, 2, 11, /*B*/ 5, 0, -1};
+    const int T = 9 + 2 + 1;
+    const int kvw = s.Hkv * s.hd, qw = s.H * s.hd;
+    // Full K/V for every position of both sequences (contiguous, for the reference).
+    std::vector<std::vector<float>> K(2), V(2);
+    for (int q = 0; q < 2; ++q) {
+      K[q] = random_vec(ctx[q] * kvw, 80 + q);
+      V[q] = random_vec(ctx[q] * kvw, 90 + q);
+    }
+    // Store: B's first 6 positions from a previous step, then this step's rows.
+    std::vector<float> kin(T * kvw, 0), vin(T * kvw, 0);
+    std::vector<int64_t> slots(T, -1);
+    std::vector<int32_t> positions(T, 0), seq_of_row(T, -1);
+    auto slot_of = [&](int q, int p) { return int64_t{tables[q * max_blocks + p / s.bs]} * s.bs + p % s.bs; };
+    {
+      std::vector<int64_t> prev_slots(6);
+      for (int p = 0; p < 6; ++p) prev_slots[p] = slot_of(1, p);
+      cpu::kv_store(K[1].data(), V[1].data(), 6, prev_slots.data(), s.layer(), pool);
+    }
+    int row = 0;
+    for (int q = 0; q < 2; ++q)
+      for (int i = 0; i < nq[q]; ++i, ++row) {
+        const int p = ctx[q] - nq[q] + i;
+        positions[row] = p;
+        seq_of_row[row] = q;
+        slots[row] = slot_of(q, p);
+        std::copy_n(&K[q][p * kvw], kvw, &kin[row * kvw]);
+        std::copy_n(&V[q][p * kvw], kvw, &vin[row * kvw]);
+      }
+    cpu::kv_store(kin.data(), vin.data(), T, slots.data(), s.layer(), pool);
+    auto qv = random_vec(T * qw, 99);
+    cpu::AttentionBatch ab;
+    ab.positions = positions.data();
+    ab.seq_of_row = seq_of_row.data();
+    ab.block_tables = tables.data();
+    ab.max_blocks_per_seq = max_blocks;
+    const float scale = 1.0f / std::sqrt(float(s.hd));
+    std::vector<float> scratch(3 * 16), out(T * qw, 7.0f), out1(T * qw), outs(T * qw);
+    cpu::paged_attention(qv.data(), T, ab, s.layer(), s.H, scale, window, out.data(), scratch.data(), 16, pool);
+    // naive
+    std::vector<double> ref(T * qw, 0.0);
+    for (int t = 0; t < T; ++t) {
+      const int q = seq_of_row[t];
+      if (q < 0) continue;
+      const int p = positions[t];
+      const int lo = window ? std::max(0, p - window + 1) : 0;
+      for (int h = 0; h < s.H; ++h) {
+        const int kh = h / (s.H / s.Hkv);
+        std::vector<double> sc;
+        double mx = -1e300;
+        for (int j = lo; j <= p; ++j) {
+          double d = 0;
+          for (int e = 0; e < s.hd; ++e) d += double(qv[t * qw + h * s.hd + e]) * K[q][j * kvw + kh * s.hd + e];
+          sc.push_back(d * scale);
+          mx = std::max(mx, sc.back());
+        }
+        double sum = 0;
+        for (double& v : sc) sum += (v = std::exp(v - mx));
+        for (int j = lo; j <= p; ++j)
+          for (int e = 0; e < s.hd; ++e)
+            ref[t * qw + h * s.hd + e] += sc[j - lo] / sum * V[q][j * kvw + kh * s.hd + e];
+      }
+    }
+    expect_near_all(out, ref, 1e-5);
+    for (int e = 0; e < qw; ++e) EXPECT_EQ(out[(T - 1) * qw + e], 0.0f) << "padding row zeroed";
+    cpu::paged_attention(qv.data(), T, ab, s.layer(), s.H, scale, window, out1.data(), scratch.data(), 16, one);
+    EXPECT_TRUE(bit_equal(out, out1)) << "thread count changed attention";
+    set_active_isa(CpuIsa::kScalar);
+    cpu::paged_attention(qv.data(), T, ab, s.layer(), s.H, scale, window, outs.data(), scratch.data(), 16, pool);
+    set_active_isa(detected_isa());
+    EXPECT_TRUE(bit_equal(out, outs)) << "scalar and SIMD attention differ";
+  }
+}
+
+TEST(KvStore, WritesBlockHeadSlotDimLayout) {
+  AttnSetup s;
+  ThreadPool pool(2);
+  const int kvw = s.Hkv * s.hd;
+  auto k = random_vec(2 * kvw, 111), v = random_vec(2 * kvw, 112);
+  std::vector<int64_t> slots = {13, -1};  // block 3, offset 1; second row skipped
+  cpu::kv_store(k.data(), v.data(), 2, slots.data(), s.layer(), pool);
+  for (int h = 0; h < s.Hkv; ++h)
+    for (int d = 0; d < s.hd; ++d) {
+      const size_t at = ((3 * s.Hkv + h) * s.bs + 1) * s.hd + d;
+      EXPECT_EQ(s.k_cache[at], k[h * s.hd + d]);
+      EXPECT_EQ(s.v_cache[at], v[h * s.hd + d]);
+    }
+  const size_t written = std::count_if(s.k_cache.begin(), s.k_cache.end(), [](float x) { return x != 0; });
+  EXPECT_EQ(written, size_t(kvw));
+}
+
+}  // namespace
+}  // namespace llmrt

@@ -1,0 +1,172 @@
+// Plan file reader: round trip, version/feature/ABI refusal, semantic checks, corruption.
+#include "runtime/plan/plan_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "tests/unit/tiny_plan.h"
+
+namespace llmrt {
+namespace {
+
+using testing::make_tiny_plan;
+using testing::serialize_tiny_plan;
+using testing::TinyPlanConfig;
+
+std::string temp_path(const char* tag) {
+  return ::testing::TempDir() + "plan_file_test_" + tag + "_" + std::to_string(getpid()) + ".fb";
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Writes `flatbuffer` as a complete plan whose weight section is all zeros.
+std::vector<uint8_t> plan_bytes_with(std::vector<uint8_t> flatbuffer) {
+  const uint64_t weights = fb::GetPlan(flatbuffer.data())->weights_size();
+  std::string path = temp_path("mut");
+  auto w = PlanFileWriter::create(path, flatbuffer.data(), flatbuffer.size(), weights);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_TRUE(w.value()->pad_to(weights).ok());
+  EXPECT_TRUE(w.value()->finish().ok());
+  std::vector<uint8_t> bytes = read_file(path);
+  std::remove(path.c_str());
+  return bytes;
+}
+
+TEST(PlanFile, RoundTripKeepsTensorsAndHash) {
+  auto spec = make_tiny_plan(TinyPlanConfig{});
+  std::string path = temp_path("rt");
+  ASSERT_TRUE(testing::write_tiny_plan(spec, path).ok());
+  auto plan = Plan::open(path);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ((*plan)->header().weights_offset % kWeightAlignment, 0u);
+  EXPECT_TRUE((*plan)->verify_weights_hash().ok());
+  for (const auto& t : spec.tensors) {
+    int idx = (*plan)->find_tensor(t.name);
+    ASSERT_GE(idx, 0) << t.name;
+    const float* data = reinterpret_cast<const float*>((*plan)->tensor_data(idx));
+    EXPECT_EQ(0, std::memcmp(data, t.data.data(), t.data.size() * sizeof(float))) << t.name;
+  }
+  EXPECT_EQ((*plan)->find_tensor("no.such.tensor"), -1);
+  EXPECT_NE((*plan)->program("forward"), nullptr);
+  std::remove(path.c_str());
+}
+
+TEST(PlanFile, NewerSchemaMajorIsRefused) {
+  auto buf = serialize_tiny_plan(make_tiny_plan(TinyPlanConfig{}));
+  ASSERT_TRUE(fb::GetMutablePlan(buf.data())->mutate_schema_major(kSchemaMajor + 1));
+  auto bytes = plan_bytes_with(buf);
+  auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(plan.status().message().find("schema major version " + std::to_string(kSchemaMajor + 1)),
+            std::string::npos)
+      << plan.status().message();
+}
+
+TEST(PlanFile, OtherKernelAbiIsRefused) {
+  auto buf = serialize_tiny_plan(make_tiny_plan(TinyPlanConfig{}));
+  ASSERT_TRUE(fb::GetMutablePlan(buf.data())->mutate_cpu_kernel_abi(kCpuKernelAbi + 7));
+  auto bytes = plan_bytes_with(buf);
+  auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("kernel ABI"), std::string::npos) << plan.status().message();
+}
+
+TEST(PlanFile, UnknownRequiredFeatureIsRefused) {
+  for (const char* feature : {"forward_v1", "quantum_weights"}) {
+    flatbuffers::FlatBufferBuilder fbb;
+    auto feats = fbb.CreateVectorOfStrings(std::vector<std::string>{feature});
+    fb::PlanBuilder pb(fbb);
+    pb.add_schema_major(kSchemaMajor);
+    pb.add_cpu_kernel_abi(kCpuKernelAbi);
+    pb.add_required_features(feats);
+    fb::FinishPlanBuffer(fbb, pb.Finish());
+    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    ASSERT_FALSE(plan.ok());  // no programs in either case
+    const bool unknown = std::string(feature) == "quantum_weights";
+    EXPECT_EQ(plan.status().message().find("requires feature 'quantum_weights'") != std::string::npos, unknown)
+        << plan.status().message();
+  }
+}
+
+TEST(PlanFile, TensorOutsideWeightsIsRefused) {
+  auto buf = serialize_tiny_plan(make_tiny_plan(TinyPlanConfig{}));
+  auto* t = fb::GetMutablePlan(buf.data())->mutable_tensors()->GetMutableObject(0);
+  ASSERT_TRUE(t->mutate_offset(uint64_t{1} << 40));
+  auto bytes = plan_bytes_with(buf);
+  auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("outside the weight section"), std::string::npos)
+      << plan.status().message();
+}
+
+TEST(PlanFile, KernelReferenceOutOfRangeIsRefused) {
+  auto buf = serialize_tiny_plan(make_tiny_plan(TinyPlanConfig{}));
+  auto* prog = fb::GetMutablePlan(buf.data())->mutable_programs()->GetMutableObject(0);
+  auto* step = prog->mutable_steps()->GetMutableObject(0);
+  if (!step->mutate_kernel(3)) GTEST_SKIP() << "kernel field not stored (default -1 elided)";
+  auto bytes = plan_bytes_with(buf);
+  auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("kernel index"), std::string::npos) << plan.status().message();
+}
+
+TEST(PlanFile, TruncationsAndFlipsNeverCrash) {
+  auto spec = make_tiny_plan(TinyPlanConfig{});
+  std::string path = temp_path("fuzz");
+  ASSERT_TRUE(testing::write_tiny_plan(spec, path).ok());
+  std::vector<uint8_t> good = read_file(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(Plan::from_bytes(good.data(), good.size()).ok());
+  // Every truncation inside the header and FlatBuffer, and a sample beyond, is an error.
+  const PlanFileHeader* h = reinterpret_cast<const PlanFileHeader*>(good.data());
+  for (size_t cut = 0; cut < good.size(); cut += (cut < h->weights_offset ? 7 : 4099)) {
+    auto plan = Plan::from_bytes(good.data(), cut);
+    EXPECT_FALSE(plan.ok()) << "truncated at " << cut;
+  }
+  std::mt19937 rng(42);
+  int refused = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> bad = good;
+    size_t pos = rng() % h->weights_offset;
+    bad[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    auto plan = Plan::from_bytes(bad.data(), bad.size());  // must return, ok or not
+    refused += !plan.ok();
+  }
+  EXPECT_GT(refused, 0);
+}
+
+TEST(PlanFile, WeightCorruptionFailsHashCheck) {
+  auto spec = make_tiny_plan(TinyPlanConfig{});
+  std::string path = temp_path("hash");
+  ASSERT_TRUE(testing::write_tiny_plan(spec, path).ok());
+  std::vector<uint8_t> bytes = read_file(path);
+  std::remove(path.c_str());
+  bytes[bytes.size() - 3] ^= 0x10;
+  auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+  ASSERT_TRUE(plan.ok());
+  Status s = (*plan)->verify_weights_hash();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hash"), std::string::npos);
+}
+
+TEST(PlanFile, NotAPlan) {
+  const char text[] = "this is certainly not a plan file, it is just some text padding it out....";
+  auto plan = Plan::from_bytes(reinterpret_cast<const uint8_t*>(text), sizeof(text));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("magic"), std::string::npos);
+  auto missing = Plan::open("/nonexistent/dir/plan.fb");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/dir/plan.fb"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmrt

@@ -1,0 +1,233 @@
+#include "runtime/sampler/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace llmrt {
+namespace {
+
+SamplingContext ctx(const SamplingParams& p, uint64_t request = 0, uint64_t step = 0) {
+  SamplingContext c;
+  c.params = &p;
+  c.request_id = request;
+  c.step = step;
+  return c;
+}
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s(5);
+  SamplingParams p;
+  p.temperature = 0;
+  std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  auto r = s.sample(ctx(p), logits);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->token, 1);
+  // logprob is log_softmax of the raw logits
+  double z = 0;
+  for (float l : logits) z += std::exp(l);
+  EXPECT_NEAR(r->logprob, 2.0 - std::log(z), 1e-5);
+}
+
+TEST(Sampler, RngIsCounterBasedAndDocumented) {
+  // The documented construction, recomputed here.
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  EXPECT_EQ(sampling_random_bits(42, 7, 3), mix(mix(mix(42) ^ 7) ^ 3));
+  EXPECT_NE(sampling_random_bits(42, 7, 3), sampling_random_bits(42, 7, 4));
+  EXPECT_NE(sampling_random_bits(42, 7, 3), sampling_random_bits(42, 8, 3));
+  EXPECT_NE(sampling_random_bits(42, 7, 3), sampling_random_bits(43, 7, 3));
+  double sum = 0;
+  for (int i = 0; i < 10000; ++i) {
+    double u = sampling_uniform(1, 2, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 10000, 0.5, 0.02);
+}
+
+TEST(Sampler, DeterministicAndIndependentOfCallOrder) {
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = std::sin(i * 0.7f) * 3;
+  SamplingParams p;
+  p.seed = 1234;
+  Sampler a(100), b(100);
+  std::vector<int32_t> first;
+  for (int step = 0; step < 20; ++step) first.push_back(a.sample(ctx(p, 5, step), logits)->token);
+  // other requests interleaved, steps in reverse order, a different Sampler object
+  for (int step = 19; step >= 0; --step) {
+    (void)b.sample(ctx(p, 6, step), logits);
+    EXPECT_EQ(b.sample(ctx(p, 5, step), logits)->token, first[step]);
+  }
+  std::set<int32_t> distinct(first.begin(), first.end());
+  EXPECT_GT(distinct.size(), 3u) << "the draws should vary with the step";
+}
+
+TEST(Sampler, MatchesTheDistribution) {
+  std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  Sampler s(3);
+  SamplingParams p;
+  p.seed = 9;
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) counts[s.sample(ctx(p, 0, i), logits)->token]++;
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.015);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.015);
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.015);
+}
+
+TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
+  // probabilities proportional to 40, 25, 15, 10, 6, 4
+  std::vector<float> logits;
+  for (float w : {40.f, 25.f, 15.f, 10.f, 6.f, 4.f}) logits.push_back(std::log(w));
+  Sampler s(6);
+  auto support = [&](SamplingParams p) {
+    std::set<int32_t> seen;
+    for (int i = 0; i < 3000; ++i) seen.insert(s.sample(ctx(p, 1, i), logits)->token);
+    return seen;
+  };
+  SamplingParams p;
+  EXPECT_EQ(support(p).size(), 6u);
+  p.top_k = 2;
+  EXPECT_EQ(support(p), (std::set<int32_t>{0, 1}));
+  p = {};
+  p.top_p = 0.7f;  // 0.40 + 0.25 = 0.65 < 0.7 -> include the third
+  EXPECT_EQ(support(p), (std::set<int32_t>{0, 1, 2}));
+  p.top_p = 0.65f;
+  EXPECT_EQ(support(p), (std::set<int32_t>{0, 1}));
+  p = {};
+  p.min_p = 0.3f;  // keep p >= 0.3 * 0.4 = 0.12
+  EXPECT_EQ(support(p), (std::set<int32_t>{0, 1, 2}));
+  p.min_p = 0.3f;
+  p.top_k = 1;  // min-p then top-k
+  EXPECT_EQ(support(p), (std::set<int32_t>{0}));
+  p = {};
+  p.temperature = 0.05f;  // very cold: almost always the argmax
+  auto cold = support(p);
+  EXPECT_EQ(cold, (std::set<int32_t>{0}));
+}
+
+TEST(Sampler, PenaltiesFollowVllm) {
+  // token 0 positive logit, token 1 negative, token 2 unseen
+  std::vector<float> logits = {2.0f, -1.0f, 1.9f, 0.0f};
+  Sampler s(4);
+  SamplingParams p;
+  p.temperature = 0;
+  std::vector<int32_t> prompt = {0, 1};
+  SamplingContext c = ctx(p);
+  c.prompt_tokens = prompt;
+  EXPECT_EQ(s.sample(c, logits)->token, 0);
+  p.repetition_penalty = 1.1f;  // 2.0 / 1.1 = 1.818 < 1.9
+  EXPECT_EQ(s.sample(c, logits)->token, 2);
+  // negative logits are multiplied: token 1 becomes -1.1, still below token 3 (0.0)
+  // frequency / presence penalties count only output tokens
+  p = {};
+  p.temperature = 0;
+  p.frequency_penalty = 0.05f;
+  std::vector<int32_t> out = {0, 0};  // 2.0 - 2 * 0.05 = 1.9 == token 2 -> tie, lowest id wins
+  c = ctx(p);
+  c.prompt_tokens = prompt;
+  c.output_tokens = out;
+  EXPECT_EQ(s.sample(c, logits)->token, 0);
+  p.frequency_penalty = 0.06f;
+  EXPECT_EQ(s.sample(c, logits)->token, 2);
+  p.frequency_penalty = 0;
+  p.presence_penalty = 0.2f;  // once, regardless of count
+  EXPECT_EQ(s.sample(c, logits)->token, 2);
+  c.output_tokens = {};
+  EXPECT_EQ(s.sample(c, logits)->token, 0) << "prompt tokens do not count for presence";
+}
+
+class MaskAllBut : public LogitsProcessor {
+ public:
+  explicit MaskAllBut(std::set<int32_t> allowed) : allowed_(std::move(allowed)) {}
+  Status apply(const SamplingContext&, std::span<float> logits) override {
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (!allowed_.count(static_cast<int32_t>(i))) logits[i] = -INFINITY;
+    return ok_status();
+  }
+  std::set<int32_t> allowed_;
+};
+
+class Recorder : public LogitsProcessor {
+ public:
+  Status apply(const SamplingContext&, std::span<float> logits) override {
+    seen.assign(logits.begin(), logits.end());
+    return ok_status();
+  }
+  std::vector<float> seen;
+};
+
+class Failing : public LogitsProcessor {
+ public:
+  Status apply(const SamplingContext&, std::span<float>) override { return invalid_argument("bad grammar"); }
+};
+
+TEST(Sampler, OrderPenaltiesThenBiasThenProcessorsThenTemperature) {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f};
+  Sampler s(3);
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.repetition_penalty = 2.0f;
+  p.logit_bias = {{0, 10.0f}};
+  std::vector<int32_t> prompt = {2};
+  SamplingContext c = ctx(p);
+  c.prompt_tokens = prompt;
+  Recorder rec;
+  LogitsProcessor* procs[] = {&rec};
+  ASSERT_TRUE(s.sample(c, logits, procs).ok());
+  // the processor sees penalties (3 / 2) and bias (1 + 10) applied, but not temperature
+  EXPECT_EQ(rec.seen, (std::vector<float>{11.0f, 2.0f, 1.5f}));
+  // processors mask before sampling; the raw logprob is reported
+  MaskAllBut only1({1});
+  LogitsProcessor* mask[] = {&only1};
+  for (int i = 0; i < 50; ++i) {
+    auto r = s.sample(ctx(p, 0, i), logits, mask);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->token, 1);
+    EXPECT_NEAR(r->logprob, 2.0 - std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)), 1e-5);
+  }
+  MaskAllBut none({});
+  LogitsProcessor* all[] = {&none};
+  EXPECT_EQ(s.sample(ctx(p), logits, all).status().code(), StatusCode::kFailedPrecondition);
+  Failing f;
+  LogitsProcessor* failing[] = {&f};
+  EXPECT_FALSE(s.sample(ctx(p), logits, failing).ok());
+}
+
+TEST(Sampler, BadParamsAreErrors) {
+  Sampler s(3);
+  std::vector<float> logits = {0, 0, 0};
+  auto bad = [&](auto mutate) {
+    SamplingParams p;
+    mutate(p);
+    return !s.sample(ctx(p), logits).ok();
+  };
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.temperature = -1; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_p = 0; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_p = 1.5f; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.min_p = 2; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_k = -1; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.repetition_penalty = 0; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.logit_bias = {{3, 1.0f}}; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.frequency_penalty = NAN; }));
+  SamplingParams p;
+  std::vector<float> short_row = {0, 0};
+  EXPECT_FALSE(s.sample(ctx(p), short_row).ok());
+  SamplingContext c = ctx(p);
+  std::vector<int32_t> bad_prompt = {5};
+  c.prompt_tokens = bad_prompt;
+  EXPECT_FALSE(s.sample(c, logits).ok());
+  SamplingContext no_params;
+  EXPECT_FALSE(s.sample(no_params, logits).ok());
+}
+
+}  // namespace
+}  // namespace llmrt

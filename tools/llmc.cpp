@@ -1,0 +1,90 @@
+// llmc: the ahead-of-time compiler. `llmc compile MODEL -o plan.fb`, `llmc inspect plan.fb`.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "codegen/KernelEmitter.h"
+#include "codegen/NvrtcCompiler.h"
+#include "compiler/Driver.h"
+#include "runtime/plan/plan_inspect.h"
+
+namespace {
+
+std::vector<std::string> splitList(const std::string &s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty())
+      out.push_back(item);
+    if (comma == std::string::npos)
+      break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+int fail(const llmrt::Status &s) {
+  std::fprintf(stderr, "llmc: error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"llmc: compiles a Hugging Face checkpoint or a GGUF file into a plan for llmrt"};
+  app.require_subcommand(1);
+
+  llmc::CompileOptions copts;
+  std::string targets = "default";
+  auto *compile = app.add_subcommand("compile", "compile a model folder or .gguf into plan.fb");
+  compile->add_option("model", copts.modelPath, "Hugging Face folder or .gguf file")->required();
+  compile->add_option("-o,--output", copts.outputPath, "plan file to write")->required();
+  compile->add_option("--dump-ir", copts.dumpIrDir, "write the IR after import and after each pass here");
+  compile->add_option("--disable-pass", copts.disabledPasses, "skip a pass (repeatable): fuse-qkv, fuse-gate-up, fuse-add-rmsnorm, kv-cache-layout, plan-memory");
+  compile->add_option("--from-ir", copts.fromIr, "compile this edited .mlir against the model's tensors");
+  compile->add_option("--target", targets, "GPU targets for kernel images, comma separated (sm_80,sm_90), 'default' or 'none'");
+  compile->add_option("--kv-block-size", copts.kvBlockSize, "tokens per KV block")->check(CLI::Range(1, 4096));
+  compile->add_option("--max-model-len", copts.maxModelLen, "cap the context below the model's")->check(CLI::NonNegativeNumber);
+  compile->add_option("--max-tokens-per-step", copts.maxTokensPerStep, "largest batch (tokens) a step may hold")->check(CLI::Range(1, 1 << 20));
+  compile->add_option("--max-seqs-per-step", copts.maxSeqsPerStep, "most sequences a step may hold")->check(CLI::Range(1, 1 << 16));
+  compile->add_flag("-q,--quiet", copts.quiet, "print nothing on success");
+
+  std::string planPath, memory;
+  bool json = false;
+  auto *inspect = app.add_subcommand("inspect", "describe a plan: model, options, tensors, kernels, KV cache, memory fit");
+  inspect->add_option("plan", planPath, "plan file")->required();
+  inspect->add_flag("--json", json, "machine-readable output");
+  inspect->add_option("--memory", memory, "memory budget (e.g. 8GiB): KV blocks and sequences that fit");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*compile) {
+    for (int i = 0; i < argc; ++i)
+      copts.commandLine.push_back(argv[i]);
+    if (targets == "default")
+      copts.targets = llmc::nvrtcAvailable() ? llmc::defaultTargets() : std::vector<std::string>{};
+    else if (targets != "none")
+      copts.targets = splitList(targets);
+    for (const std::string &t : copts.targets)
+      if (auto s = llmc::validateTarget(t); !s.ok())
+        return fail(s);
+    if (auto s = llmc::compile(copts); !s.ok())
+      return fail(s);
+    return 0;
+  }
+  if (*inspect) {
+    std::optional<uint64_t> budget;
+    if (!memory.empty()) {
+      budget = llmrt::parse_bytes(memory);
+      if (!budget)
+        return fail(llmrt::invalid_argument("--memory: cannot parse '" + memory + "' (e.g. 8GiB, 512MiB)"));
+    }
+    auto plan = llmrt::Plan::open(planPath);
+    if (!plan.ok())
+      return fail(plan.status());
+    std::fputs(llmrt::inspect_plan(**plan, json, budget).c_str(), stdout);
+    return 0;
+  }
+  return 0;
+}

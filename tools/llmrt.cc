@@ -1,0 +1,189 @@
+// llmrt: executes plans. `llmrt run plan.fb --prompt TEXT` streams an answer.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "runtime/base/npy.h"
+#include "runtime/generate/generator.h"
+#include "runtime/plan/plan_file.h"
+#include "runtime/plan/plan_inspect.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace {
+
+int fail(const llmrt::Status& s) {
+  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+llmrt::StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find(',', i);
+    std::string item = text.substr(i, end == std::string::npos ? std::string::npos : end - i);
+    char* stop = nullptr;
+    errno = 0;
+    long v = std::strtol(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || errno != 0 || v < 0 || v > INT32_MAX)
+      return llmrt::invalid_argument("--prompt-ids: '" + item + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+    if (end == std::string::npos) break;
+    i = end + 1;
+  }
+  if (ids.empty()) return llmrt::invalid_argument("--prompt-ids: no ids given");
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"llmrt: runs plans compiled by llmc"};
+  app.require_subcommand(1);
+
+  std::string plan_path, prompt, logits_out, all_logits_out;
+  std::vector<std::string> prompt_ids;
+  llmrt::SamplingParams sp;
+  int max_tokens = 64, threads = 0;
+  bool json = false, ignore_eos = false, no_bos = false, verify = false;
+  auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
+  run->add_option("plan", plan_path, "plan file from llmc compile")->required();
+  run->add_option("--prompt", prompt, "prompt text");
+  run->add_option("--prompt-ids", prompt_ids, "comma separated token ids; repeat for a batch");
+  run->add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  run->add_option("--temperature", sp.temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  run->add_option("--top-k", sp.top_k)->check(CLI::NonNegativeNumber);
+  run->add_option("--top-p", sp.top_p);
+  run->add_option("--min-p", sp.min_p);
+  run->add_option("--repetition-penalty", sp.repetition_penalty);
+  run->add_option("--presence-penalty", sp.presence_penalty);
+  run->add_option("--frequency-penalty", sp.frequency_penalty);
+  run->add_option("--seed", sp.seed);
+  run->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--logits-out", logits_out, "write last-prompt-position logits (.npy float32)");
+  run->add_option("--all-logits-out", all_logits_out, "write logits of every prompt position (.npy, one prompt)");
+  run->add_flag("--json", json, "print a JSON result instead of streaming text");
+  run->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-sequence tokens");
+  run->add_flag("--no-bos", no_bos, "do not add the BOS token to --prompt");
+  run->add_flag("--verify-weights", verify, "check the weight section's hash before running");
+
+  std::string inspect_path, memory;
+  bool inspect_json = false;
+  auto* inspect = app.add_subcommand("inspect", "describe a plan (same as llmc inspect)");
+  inspect->add_option("plan", inspect_path)->required();
+  inspect->add_flag("--json", inspect_json);
+  inspect->add_option("--memory", memory);
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*inspect) {
+    std::optional<uint64_t> budget;
+    if (!memory.empty() && !(budget = llmrt::parse_bytes(memory)))
+      return fail(llmrt::invalid_argument("--memory: cannot parse '" + memory + "'"));
+    auto plan = llmrt::Plan::open(inspect_path);
+    if (!plan.ok()) return fail(plan.status());
+    std::fputs(llmrt::inspect_plan(**plan, inspect_json, budget).c_str(), stdout);
+    return 0;
+  }
+
+  if (prompt.empty() == prompt_ids.empty())
+    return fail(llmrt::invalid_argument("give exactly one of --prompt or --prompt-ids"));
+  if (!all_logits_out.empty() && prompt_ids.size() > 1)
+    return fail(llmrt::invalid_argument("--all-logits-out takes a single prompt"));
+  auto plan_or = llmrt::Plan::open(plan_path);
+  if (!plan_or.ok()) return fail(plan_or.status());
+  const llmrt::Plan& plan = **plan_or;
+  if (verify)
+    if (auto s = plan.verify_weights_hash(); !s.ok()) return fail(s);
+
+  std::unique_ptr<llmrt::Tokenizer> tokenizer;
+  if (plan.fb().tokenizer()) {
+    auto t = llmrt::Tokenizer::from_plan(*plan.fb().tokenizer());
+    if (!t.ok()) return fail(t.status());
+    tokenizer = std::move(t.value());
+  }
+  std::vector<llmrt::GenerationRequest> requests;
+  if (!prompt.empty()) {
+    if (!tokenizer) return fail(llmrt::failed_precondition("the plan has no tokenizer: use --prompt-ids"));
+    auto ids = tokenizer->encode(prompt, /*add_special=*/!no_bos);
+    if (!ids.ok()) return fail(ids.status());
+    requests.push_back({});
+    requests.back().prompt = std::move(ids.value());
+  }
+  for (const std::string& text : prompt_ids) {
+    auto ids = parse_ids(text);
+    if (!ids.ok()) return fail(ids.status());
+    requests.push_back({});
+    requests.back().prompt = std::move(ids.value());
+  }
+  for (auto& r : requests) {
+    r.sampling = sp;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = ignore_eos;
+    r.want_last_logits = !logits_out.empty();
+    r.want_prompt_logits = !all_logits_out.empty();
+  }
+
+  llmrt::GeneratorOptions gopts;
+  gopts.executor.threads = threads;
+  const llmrt::fb::MemoryPlan* mp = plan.fb().memory();
+  const llmrt::fb::KvSpec* kv = plan.fb().kv();
+  if (!mp || !kv || kv->block_size() <= 0)
+    return fail(llmrt::invalid_argument("plan has no memory plan or KV spec"));
+  // One step holds at most 512 tokens (longer prompts are chunked): keeps the arena small.
+  gopts.executor.max_tokens_per_step = std::min(mp->max_tokens_per_step(), 512);
+  gopts.executor.num_kv_blocks = static_cast<int>(
+      llmrt::Generator::blocks_needed(requests, kv->block_size(), mp->max_model_len()) + 1);
+  auto gen_or = llmrt::Generator::create(plan, gopts);
+  if (!gen_or.ok()) return fail(gen_or.status());
+  llmrt::Generator& gen = *gen_or.value();
+
+  const bool stream = !json && requests.size() == 1 && tokenizer;
+  std::unique_ptr<llmrt::StreamingDecoder> decoder;
+  if (stream) {
+    decoder = std::make_unique<llmrt::StreamingDecoder>(*tokenizer);
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  auto results = gen.generate(requests, [&](size_t, int32_t token) {
+    if (!decoder) return;
+    std::string text = decoder->push(token);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (!results.ok()) return fail(results.status());
+  if (decoder) {
+    std::string rest = decoder->flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+  }
+  const int vocab = gen.vocab_size();
+  if (!logits_out.empty()) {
+    std::vector<float> all;
+    for (auto& o : *results) all.insert(all.end(), o.last_logits.begin(), o.last_logits.end());
+    std::vector<int64_t> shape = requests.size() == 1 ? std::vector<int64_t>{vocab}
+                                                      : std::vector<int64_t>{int64_t(requests.size()), vocab};
+    if (auto s = llmrt::write_npy_f32(logits_out, all.data(), shape); !s.ok()) return fail(s);
+  }
+  if (!all_logits_out.empty()) {
+    const auto& o = results->front();
+    if (auto s = llmrt::write_npy_f32(all_logits_out, o.prompt_logits.data(),
+                                      {int64_t(requests[0].prompt.size()), vocab});
+        !s.ok())
+      return fail(s);
+  }
+  if (json) {
+    nlohmann::json j;
+    j["outputs"] = nlohmann::json::array();
+    for (size_t i = 0; i < results->size(); ++i) {
+      const auto& o = (*results)[i];
+      nlohmann::json e = {{"prompt_ids", requests[i].prompt}, {"output_ids", o.tokens},
+                          {"logprobs", o.logprobs}, {"finish_reason", o.finish_reason}};
+      if (tokenizer) e["text"] = tokenizer->decode(o.tokens);
+      j["outputs"].push_back(e);
+    }
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return 0;
+}

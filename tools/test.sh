@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test: unit (GoogleTest), IR (lit), end-to-end against committed reference
+# fixtures (transformers, llama.cpp), bad-input tests, and the libFuzzer targets for a fixed
+# time each. Sets up what it needs first (tools/setup.sh --no-run).
+#
+#   tools/test.sh [ctest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=${LLMC_BUILD_DIR:-$ROOT/build}
+CACHE=${LLMC_CACHE:-$ROOT/.cache}
+JOBS=${JOBS:-$(nproc)}
+
+"$ROOT/tools/setup.sh" --no-run
+
+# Test-side Python (numpy + pytest for the end-to-end suite); never a runtime dependency.
+VENV=$CACHE/test-venv
+if [ ! -x "$VENV/bin/pytest" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet numpy==2.2.6 pytest==8.4.2
+fi
+
+# libFuzzer targets need clang; they get their own build folder.
+FUZZ_BUILD=$BUILD-fuzz
+cmake -S "$ROOT" -B "$FUZZ_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_PREFIX_PATH=/usr/lib/llvm-19 -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+  -DLLMC_BUILD_COMPILER=OFF -DLLMC_ENABLE_FUZZ=ON >/dev/null
+ninja -C "$FUZZ_BUILD" -j "$JOBS" fuzz_targets
+
+export LLMC_SMOLLM2_GGUF=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
+export LLMC_BUILD_DIR=$BUILD
+export LLMC_PYTHON=$VENV/bin/python
+export LLMC_FUZZ_BUILD=$FUZZ_BUILD
+cd "$BUILD"
+ctest --output-on-failure -j "$JOBS" "$@"
