@@ -1,6 +1,8 @@
 // llmc: the ahead-of-time compiler. `llmc compile MODEL -o plan.fb`, `llmc inspect plan.fb`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "codegen/KernelEmitter.h"
 #include "codegen/NvrtcCompiler.h"
@@ -22,6 +24,40 @@ std::vector<std::string> splitList(const std::string &s) {
     start = comma + 1;
   }
   return out;
+}
+
+llmrt::Status writeBytes(const std::filesystem::path &path, const void *data, size_t size) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char *>(data), static_cast<std::streamsize>(size));
+  if (!out)
+    return llmrt::invalid_argument("cannot write '" + path.string() + "'");
+  return llmrt::ok_status();
+}
+
+/// Writes each kernel's source and images so external tools (ptxas, llvm-readelf) can check them.
+llmrt::Status extractKernels(const llmrt::fb::Plan &plan, const std::string &dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!plan.kernels())
+    return llmrt::ok_status();
+  for (const auto *k : *plan.kernels()) {
+    std::string entry = k->name()->str();
+    if (entry.find('/') != std::string::npos || entry.find("..") != std::string::npos)
+      return llmrt::invalid_argument("kernel entry '" + entry + "' is not a plain name");
+    std::filesystem::path base = std::filesystem::path(dir) / entry;
+    if (k->source())
+      RETURN_IF_ERROR(writeBytes(base.string() + ".cu", k->source()->data(), k->source()->size()));
+    if (!k->images())
+      continue;
+    for (const auto *im : *k->images()) {
+      std::string t = im->target()->str();
+      if (im->ptx())
+        RETURN_IF_ERROR(writeBytes(base.string() + "." + t + ".ptx", im->ptx()->data(), im->ptx()->size()));
+      if (im->cubin())
+        RETURN_IF_ERROR(writeBytes(base.string() + "." + t + ".cubin", im->cubin()->data(), im->cubin()->size()));
+    }
+  }
+  return llmrt::ok_status();
 }
 
 int fail(const llmrt::Status &s) {
@@ -56,6 +92,8 @@ int main(int argc, char **argv) {
   inspect->add_option("plan", planPath, "plan file")->required();
   inspect->add_flag("--json", json, "machine-readable output");
   inspect->add_option("--memory", memory, "memory budget (e.g. 8GiB): KV blocks and sequences that fit");
+  std::string kernelDir;
+  inspect->add_option("--extract-kernels", kernelDir, "write every kernel image as DIR/<entry>.<target>.{ptx,cubin} and its source as DIR/<entry>.cu");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -84,6 +122,9 @@ int main(int argc, char **argv) {
     if (!plan.ok())
       return fail(plan.status());
     std::fputs(llmrt::inspect_plan(**plan, json, budget).c_str(), stdout);
+    if (!kernelDir.empty())
+      if (auto s = extractKernels((*plan)->fb(), kernelDir); !s.ok())
+        return fail(s);
     return 0;
   }
   return 0;

@@ -345,6 +345,8 @@ GgufFile::parse(const uint8_t *data, size_t size,
   uint64_t tensorCount, kvCount;
   if (!r.read(file->version_))
     return fail("truncated header (no version)");
+  if ((file->version_ == 0x02000000u || file->version_ == 0x03000000u))
+    return fail("big-endian GGUF files are not supported");
   if (file->version_ != 2 && file->version_ != 3)
     return fail("unsupported GGUF version " + std::to_string(file->version_) +
                 " (supported: 2, 3)");

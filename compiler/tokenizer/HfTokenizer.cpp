@@ -371,7 +371,8 @@ StatusOr<json> parseJson(std::string_view text, const std::string &what) {
   if (j.is_discarded()) {
     // Parse again with exceptions only to get the position for the message.
     try {
-      (void)json::parse(text.begin(), text.end());
+      json again = json::parse(text.begin(), text.end());
+      (void)again;
     } catch (const json::exception &e) {
       return llmrt::invalid_argument(what + " is not valid JSON: " + e.what());
     }

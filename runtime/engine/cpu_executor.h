@@ -37,6 +37,10 @@ struct CpuExecutorOptions {
 
 class CpuExecutor {
  public:
+  /// Decodes and validates plan.program("forward"). The executor reads weights in place: `plan`
+  /// must outlive it. Errors: not_found (no forward program), invalid_argument (inconsistent
+  /// plan or options beyond the plan's caps), unimplemented (dtypes/layouts/ops the CPU backend
+  /// lacks), resource_exhausted (allocation).
   static StatusOr<std::unique_ptr<CpuExecutor>> create(const Plan& plan,
                                                        const CpuExecutorOptions& options);
   ~CpuExecutor();

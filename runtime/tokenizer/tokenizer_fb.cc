@@ -12,6 +12,7 @@ flatbuffers::Offset<fb::Tokenizer> build_plan_tokenizer(flatbuffers::FlatBufferB
   auto types = builder.CreateVector(data.token_types);
   auto merges = builder.CreateVectorOfStrings(data.merges);
   auto chat_template = builder.CreateString(data.chat_template);
+  auto normalizer = builder.CreateString(data.normalizer);
   fb::TokenizerBuilder tb(builder);
   tb.add_model(model);
   tb.add_pre(pre);
@@ -25,6 +26,8 @@ flatbuffers::Offset<fb::Tokenizer> build_plan_tokenizer(flatbuffers::FlatBufferB
   tb.add_add_bos(data.add_bos);
   tb.add_add_eos(data.add_eos);
   tb.add_chat_template(chat_template);
+  tb.add_ignore_merges(data.ignore_merges);
+  tb.add_normalizer(normalizer);
   return tb.Finish();
 }
 
@@ -54,6 +57,8 @@ TokenizerData tokenizer_data_from_plan(const fb::Tokenizer& t) {
   d.add_bos = t.add_bos();
   d.add_eos = t.add_eos();
   d.chat_template = t.chat_template() != nullptr ? t.chat_template()->str() : std::string();
+  d.ignore_merges = t.ignore_merges();
+  d.normalizer = t.normalizer() != nullptr ? t.normalizer()->str() : std::string();
   return d;
 }
 

@@ -175,7 +175,12 @@ TEST(Gguf, BadInputsGiveClearErrors) {
     b.magic = "GGML";
     EXPECT_ERROR_CONTAINS(b.build(), "bad magic");
   }
-  for (uint32_t v : {1u, 4u, 0x03000000u}) {
+  {
+    GgufBuilder b = oneTensorFile();
+    b.version = 0x03000000u;
+    EXPECT_ERROR_CONTAINS(b.build(), "big-endian GGUF files are not supported");
+  }
+  for (uint32_t v : {1u, 4u, 0x01000000u}) {
     GgufBuilder b = oneTensorFile();
     b.version = v;
     EXPECT_ERROR_CONTAINS(b.build(), "unsupported GGUF version " + std::to_string(v));

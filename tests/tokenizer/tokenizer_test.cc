@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "runtime/tokenizer/byte_level.h"
 #include "runtime/tokenizer/nfc.h"
@@ -327,6 +328,27 @@ TEST(Tokenizer, AddSpecialUsesBosEosFlags) {
   EXPECT_EQ((*t2)->bos_id(), 128000);
   EXPECT_EQ((*t2)->eos_id(), 128001);
   EXPECT_EQ((*t2)->vocab_size(), 128256);
+}
+
+TEST(Tokenizer, SharedAcrossThreads) {
+  const Tokenizer* t = vocab_tokenizer("qwen2");
+  ASSERT_NE(t, nullptr);
+  auto cases = testing::read_vocab_cases(data_dir() + "/gguf-vocab/ggml-vocab-qwen2.gguf");
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = (w + round) % cases.size(), n = 0; n < cases.size();
+             ++n, i = (i + 1) % cases.size()) {
+          auto ids = t->encode(cases[i].text, false);
+          if (!ids.ok() || *ids != cases[i].ids) ++mismatches[w];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 // ---------------------------------------------------------------------------------------------
