@@ -118,12 +118,22 @@ int main(int argc, char** argv) {
     requests.back().prompt = std::move(ids.value());
   }
   for (auto& r : requests) {
-    r.sampling = sp;
     r.max_tokens = max_tokens;
     r.ignore_eos = ignore_eos;
     r.want_last_logits = !logits_out.empty();
     r.want_prompt_logits = !all_logits_out.empty();
   }
+
+  // Sampling flags the user did not give come from the plan's generation defaults
+  // (generation_config.json), as transformers' generate() does.
+  if (const llmrt::fb::GenerationDefaults* g = plan.fb().generation()) {
+    if (!run->count("--temperature")) sp.temperature = g->temperature();
+    if (!run->count("--top-p")) sp.top_p = g->top_p();
+    if (!run->count("--top-k")) sp.top_k = g->top_k();
+    if (!run->count("--min-p")) sp.min_p = g->min_p();
+    if (!run->count("--repetition-penalty")) sp.repetition_penalty = g->repetition_penalty();
+  }
+  for (auto& r : requests) r.sampling = sp;
 
   llmrt::GeneratorOptions gopts;
   gopts.executor.threads = threads;

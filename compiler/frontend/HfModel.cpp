@@ -350,6 +350,9 @@ StatusOr<ModelConfig> parseHfConfig(std::string_view text,
                                        " outside the vocabulary");
   if (c.bosId >= c.vocabSize)
     return f.bad("bos_token_id", "is outside the vocabulary");
+  Status bounds = checkConfigBounds(c);
+  if (!bounds.ok())
+    return bounds.with_context(where);
   return c;
 }
 

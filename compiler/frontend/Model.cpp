@@ -54,7 +54,34 @@ std::string shapeString(const std::vector<int64_t> &shape) {
 }
 } // namespace
 
+Status checkConfigBounds(const ModelConfig &c) {
+  // Generous limits that keep every size product the importer forms
+  // (heads × head_dim × hidden, vocab × hidden, ...) far from overflow.
+  constexpr int64_t kMaxDim = int64_t(1) << 24, kMaxLayers = 4096;
+  const std::pair<const char *, int64_t> dims[] = {
+      {"hidden size", c.hiddenSize},       {"attention heads", c.numHeads},
+      {"key/value heads", c.numKvHeads},   {"head dim", c.headDim},
+      {"intermediate size", c.intermediateSize}, {"vocabulary size", c.vocabSize}};
+  for (const auto &[what, v] : dims)
+    if (v <= 0 || v > kMaxDim)
+      return invalid_argument(std::string(what) + " " + std::to_string(v) +
+                              " is out of range (1 to " +
+                              std::to_string(kMaxDim) + ")");
+  if (c.numLayers <= 0 || c.numLayers > kMaxLayers)
+    return invalid_argument("layer count " + std::to_string(c.numLayers) +
+                            " is out of range (1 to " +
+                            std::to_string(kMaxLayers) + ")");
+  if (c.numHeads % c.numKvHeads != 0)
+    return invalid_argument("attention heads " + std::to_string(c.numHeads) +
+                            " are not a multiple of key/value heads " +
+                            std::to_string(c.numKvHeads));
+  if (c.maxPositionEmbeddings < 0 || c.slidingWindow < 0)
+    return invalid_argument("negative context length or sliding window");
+  return llmrt::ok_status();
+}
+
 Status validateModelTensors(const ModelConfig &c, const TensorSource &source) {
+  RETURN_IF_ERROR(checkConfigBounds(c));
   auto expect = [&](const std::string &name,
                     std::vector<int64_t> shape) -> Status {
     const SourceTensor *t = source.find(name);

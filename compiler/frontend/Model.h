@@ -109,9 +109,14 @@ parseGenerationConfig(std::string_view json, const std::string &whereForErrors);
 /// The architectures the importer supports, comma separated (for errors).
 const char *supportedArchitectures();
 
-/// Checks that `source` holds every tensor `config` requires, with the shape
-/// it requires (embedding, per-layer attention/MLP/norm weights, biases when
-/// attentionBias, q/k norms when qkNorm, lm_head unless tied).
+/// Checks that every dimension of `config` is positive and within generous
+/// bounds (so size products cannot overflow) and that heads divide evenly.
+llmrt::Status checkConfigBounds(const ModelConfig &config);
+
+/// Checks checkConfigBounds and that `source` holds every tensor `config`
+/// requires, with the shape it requires (embedding, per-layer attention/MLP/
+/// norm weights, biases when attentionBias, q/k norms when qkNorm, lm_head
+/// unless tied).
 llmrt::Status validateModelTensors(const ModelConfig &config,
                                    const TensorSource &source);
 

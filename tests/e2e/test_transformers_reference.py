@@ -110,5 +110,8 @@ def test_matches_transformers(name, llmrt, compile_plan, tmp_path):
             failures.append(f"prompt {i} greedy: {err}")
         elif n < MIN_COMPARED:
             failures.append(f"prompt {i} greedy: only {n} tokens compared (< {MIN_COMPARED})")
-    print(f"{name}: greedy tokens compared per prompt: {compared}")
+    worst = float((np.abs(ours_logits - ref_logits).max(axis=1)
+                   / np.abs(ref_logits).max(axis=1)).max())
+    print(f"{name}: worst max|diff| / max|logit| = {worst:.2e}; "
+          f"greedy tokens compared per prompt: {compared}")
     assert not failures, f"{name} differs from transformers:\n  " + "\n  ".join(failures)

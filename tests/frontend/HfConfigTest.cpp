@@ -207,6 +207,16 @@ TEST(HfConfig, MissingAndWrongFieldsAreNamed) {
   j["architectures"] = "LlamaForCausalLM";
   EXPECT_NE(errorOf(j).find("'architectures' must be a non-empty list"), std::string::npos);
   j = smolConfig();
+  j["hidden_size"] = 1ll << 40;
+  j.erase("head_dim");
+  j["num_attention_heads"] = 1ll << 35;
+  j["num_key_value_heads"] = 1ll << 35;
+  EXPECT_NE(errorOf(j).find("hidden size 1099511627776 is out of range"), std::string::npos)
+      << errorOf(j);
+  j = smolConfig();
+  j["num_hidden_layers"] = 1000000;
+  EXPECT_NE(errorOf(j).find("layer count 1000000 is out of range"), std::string::npos);
+  j = smolConfig();
   j["head_dim"] = 63;
   EXPECT_NE(errorOf(j).find("must be even"), std::string::npos);
   EXPECT_EQ(parseHfConfig("{", "config.json").status().message(),

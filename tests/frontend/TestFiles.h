@@ -186,7 +186,8 @@ public:
     size_t dataStart = b.size();
     b.resize(dataStart + offset, 0);
     for (size_t i = 0; i < tensors_.size(); ++i)
-      std::memcpy(b.data() + dataStart + offsets[i], tensors_[i].data.data(),
+      if (!tensors_[i].data.empty())
+        std::memcpy(b.data() + dataStart + offsets[i], tensors_[i].data.data(),
                   tensors_[i].data.size());
     return b;
   }

@@ -44,15 +44,15 @@ SOURCE_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db5
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 GEN_TOKENS = 12
 SEED = 1234
-MAX_FIXTURE_BYTES = 10.5e6
+MAX_FIXTURE_BYTES = 10.0e6
 
 # Short on purpose: every position costs vocab * 2 bytes (~98 KB) in the fixture.
 PROMPTS = [
-    "What is the capital of France?",                                   # question
+    "Why is the sky blue?",                                             # question
     "def add(a, b):\n    return",                                       # code
-    "<|im_start|>user\nName a color.<|im_end|>\n<|im_start|>assistant\n",  # ChatML chat turn
+    "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n",  # ChatML chat turn
     "Le chat dort sur le",                                              # French
-    "x = (3 + 4) * 2;",                                                 # numbers / punctuation
+    "x = 3*(4+5);",                                                     # numbers / punctuation
 ]
 
 

@@ -99,7 +99,9 @@ TEST(PlanFile, UnknownRequiredFeatureIsRefused) {
 
 TEST(PlanFile, TensorOutsideWeightsIsRefused) {
   auto buf = serialize_tiny_plan(make_tiny_plan(TinyPlanConfig{}));
-  auto* t = fb::GetMutablePlan(buf.data())->mutable_tensors()->GetMutableObject(0);
+  // The last tensor: its offset is non-zero, so FlatBuffers stored the field and it can be mutated.
+  auto* tensors = fb::GetMutablePlan(buf.data())->mutable_tensors();
+  auto* t = tensors->GetMutableObject(tensors->size() - 1);
   ASSERT_TRUE(t->mutate_offset(uint64_t{1} << 40));
   auto bytes = plan_bytes_with(buf);
   auto plan = Plan::from_bytes(bytes.data(), bytes.size());
@@ -109,14 +111,31 @@ TEST(PlanFile, TensorOutsideWeightsIsRefused) {
 }
 
 TEST(PlanFile, KernelReferenceOutOfRangeIsRefused) {
-  auto buf = serialize_tiny_plan(make_tiny_plan(TinyPlanConfig{}));
-  auto* prog = fb::GetMutablePlan(buf.data())->mutable_programs()->GetMutableObject(0);
-  auto* step = prog->mutable_steps()->GetMutableObject(0);
-  if (!step->mutate_kernel(3)) GTEST_SKIP() << "kernel field not stored (default -1 elided)";
-  auto bytes = plan_bytes_with(buf);
-  auto plan = Plan::from_bytes(bytes.data(), bytes.size());
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("kernel index"), std::string::npos) << plan.status().message();
+  // A minimal program whose only step names kernel 3 of a plan without kernels.
+  for (int kernel : {-1, 3}) {
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Value>> values = {
+        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
+    std::vector<int> io = {0};
+    std::vector<flatbuffers::Offset<fb::Step>> steps = {
+        fb::CreateStepDirect(fbb, fb::OpKind::Add, &io, &io, nullptr, nullptr, kernel, "add")};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {
+        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
+    auto progs = fbb.CreateVector(programs);
+    fb::PlanBuilder pb(fbb);
+    pb.add_schema_major(kSchemaMajor);
+    pb.add_cpu_kernel_abi(kCpuKernelAbi);
+    pb.add_programs(progs);
+    fb::FinishPlanBuffer(fbb, pb.Finish());
+    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    if (kernel == -1) {
+      EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_NE(plan.status().message().find("kernel index"), std::string::npos) << plan.status().message();
+    }
+  }
 }
 
 TEST(PlanFile, TruncationsAndFlipsNeverCrash) {
