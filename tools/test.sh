@@ -31,5 +31,8 @@ export LLMC_SMOLLM2_GGUF=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
 export LLMC_BUILD_DIR=$BUILD
 export LLMC_PYTHON=$VENV/bin/python
 export LLMC_FUZZ_BUILD=$FUZZ_BUILD
-cd "$BUILD"
-ctest --output-on-failure -j "$JOBS" "$@"
+status=0
+ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@" || status=1
+# Each fuzz target runs a fixed time (LLMC_FUZZ_SECONDS, default 20) on its committed corpus.
+ctest --test-dir "$FUZZ_BUILD" --output-on-failure -L fuzz || status=1
+exit $status

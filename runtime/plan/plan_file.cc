@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -166,14 +167,17 @@ StatusOr<std::unique_ptr<Plan>> Plan::open(const std::string& path) {
 
 StatusOr<std::unique_ptr<Plan>> Plan::from_bytes(const uint8_t* data, size_t size) {
   // Copy into 64-byte aligned storage so FlatBuffers' alignment checks hold.
-  std::unique_ptr<uint8_t[]> owned(new (std::align_val_t(64)) uint8_t[size ? size : 1]);
+  const size_t rounded = (size + 63) / 64 * 64 + 64;
+  OwnedBytes owned(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
+  if (!owned) return resource_exhausted("cannot allocate " + std::to_string(size) + " bytes for a plan");
   if (size) std::memcpy(owned.get(), data, size);
   const uint8_t* p = owned.get();
   return from_memory(nullptr, std::move(owned), p, size);
 }
 
-StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> file,
-                                                  std::unique_ptr<uint8_t[]> owned,
+void Plan::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> file, OwnedBytes owned,
                                                   const uint8_t* data, size_t size) {
   if (size < sizeof(PlanFileHeader))
     return invalid_argument("file is too small to be a plan (" + std::to_string(size) + " bytes)");

@@ -80,11 +80,14 @@ class Plan {
 
  private:
   Plan() = default;
-  static StatusOr<std::unique_ptr<Plan>> from_memory(std::unique_ptr<MappedFile> file,
-                                                     std::unique_ptr<uint8_t[]> owned,
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  using OwnedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
+  static StatusOr<std::unique_ptr<Plan>> from_memory(std::unique_ptr<MappedFile> file, OwnedBytes owned,
                                                      const uint8_t* data, size_t size);
   std::unique_ptr<MappedFile> file_;
-  std::unique_ptr<uint8_t[]> owned_;
+  OwnedBytes owned_;
   PlanFileHeader header_{};
   const fb::Plan* fb_ = nullptr;
   const uint8_t* weights_ = nullptr;
