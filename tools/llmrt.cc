@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   const bool stream = !json && requests.size() == 1 && tokenizer;
   std::unique_ptr<llmrt::StreamingDecoder> decoder;
   if (stream) {
-    decoder = std::make_unique<llmrt::StreamingDecoder>(*tokenizer);
+    decoder = std::make_unique<llmrt::StreamingDecoder>(*tokenizer, /*skip_special=*/true);
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
       const auto& o = (*results)[i];
       nlohmann::json e = {{"prompt_ids", requests[i].prompt}, {"output_ids", o.tokens},
                           {"logprobs", o.logprobs}, {"finish_reason", o.finish_reason}};
-      if (tokenizer) e["text"] = tokenizer->decode(o.tokens);
+      if (tokenizer) e["text"] = tokenizer->decode(o.tokens, /*skip_special=*/true);
       j["outputs"].push_back(e);
     }
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
