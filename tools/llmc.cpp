@@ -1,12 +1,17 @@
 // llmc: the ahead-of-time compiler. `llmc compile MODEL -o plan.fb`, `llmc inspect plan.fb`.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "codegen/KernelEmitter.h"
 #include "codegen/NvrtcCompiler.h"
 #include "compiler/Driver.h"
+#include "compiler/tokenizer/TokenizeCommand.h"
+#include "compiler/tokenizer/TokenizerSource.h"
+#include "runtime/chat/chat_template.h"
 #include "runtime/plan/plan_inspect.h"
 
 namespace {
@@ -65,6 +70,47 @@ int fail(const llmrt::Status &s) {
   return 1;
 }
 
+/// `llmc chat-template`: the template, bos/eos texts and special tokens come from the tokenizer.
+int renderChatTemplate(const std::string &tokenizerPath, const std::string &messagesPath, bool addGenerationPrompt) {
+  auto data = llmc::loadTokenizerFrom(tokenizerPath);
+  if (!data.ok())
+    return fail(data.status());
+  if (data->chat_template.empty())
+    return fail(llmrt::not_found("'" + tokenizerPath + "' has no chat template"));
+  auto tmpl = llmrt::ChatTemplate::parse(data->chat_template);
+  if (!tmpl.ok())
+    return fail(tmpl.status().with_context("chat template"));
+  std::ifstream in(messagesPath);
+  if (!in)
+    return fail(llmrt::not_found("cannot read '" + messagesPath + "'"));
+  nlohmann::ordered_json input = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (input.is_discarded())
+    return fail(llmrt::invalid_argument("'" + messagesPath + "' is not valid JSON"));
+  nlohmann::ordered_json messages = input, extra = nlohmann::ordered_json::object();
+  if (input.is_object()) {
+    if (!input.contains("messages") || !input["messages"].is_array())
+      return fail(llmrt::invalid_argument("'" + messagesPath + "' has no \"messages\" array"));
+    messages = input["messages"];
+    for (auto &[k, v] : input.items())
+      if (k != "messages")
+        extra[k] = v;
+  } else if (!input.is_array()) {
+    return fail(llmrt::invalid_argument("'" + messagesPath + "': expected an array of messages"));
+  }
+  auto tokenText = [&](int32_t id) {
+    return id >= 0 && id < static_cast<int32_t>(data->tokens.size()) ? data->tokens[id] : std::string();
+  };
+  if (!extra.contains("bos_token"))
+    extra["bos_token"] = tokenText(data->bos_id);
+  if (!extra.contains("eos_token"))
+    extra["eos_token"] = tokenText(data->eos_id);
+  auto text = (*tmpl)->render(messages, addGenerationPrompt, extra);
+  if (!text.ok())
+    return fail(text.status());
+  std::fwrite(text->data(), 1, text->size(), stdout);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -95,7 +141,37 @@ int main(int argc, char **argv) {
   std::string kernelDir;
   inspect->add_option("--extract-kernels", kernelDir, "write every kernel image as DIR/<entry>.<target>.{ptx,cubin} and its source as DIR/<entry>.cu");
 
+  llmc::TokenizeOptions topts;
+  std::string inputSep;
+  bool noParseSpecial = false;
+  auto *tokenize = app.add_subcommand("tokenize", "encode stdin to token ids (or --decode ids to text)");
+  tokenize->add_option("--tokenizer", topts.tokenizerPath,
+                       "tokenizer.json, a folder with it (or GPT-2 encoder.json + vocab.bpe), a .gguf or a plan")
+      ->required();
+  tokenize->add_flag("--no-bos", topts.noBos, "do not add the BOS token");
+  tokenize->add_flag("--decode", topts.decode, "read ids, print text");
+  tokenize->add_flag("--no-parse-special", noParseSpecial, "treat special-token text as plain text");
+  auto *sepOpt = tokenize->add_option("--input-sep", inputSep, "split stdin on STR; one line of ids per piece");
+
+  std::string chatTokenizer, messagesPath;
+  bool addGenerationPrompt = false;
+  auto *chat = app.add_subcommand("chat-template", "render the tokenizer's chat template for a conversation");
+  chat->add_option("--tokenizer", chatTokenizer, "tokenizer.json, a folder with it, a .gguf or a plan")->required();
+  chat->add_option("--messages", messagesPath,
+                   "JSON file: an array of messages, or {\"messages\": [...], \"tools\": [...], ...}")
+      ->required();
+  chat->add_flag("--add-generation-prompt", addGenerationPrompt, "end with the assistant turn's opening");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*chat)
+    return renderChatTemplate(chatTokenizer, messagesPath, addGenerationPrompt);
+  if (*tokenize) {
+    topts.parseSpecial = !noParseSpecial;
+    if (*sepOpt)
+      topts.inputSep = inputSep;
+    return llmc::runTokenizeCommand(topts, std::cin, std::cout, std::cerr);
+  }
 
   if (*compile) {
     for (int i = 0; i < argc; ++i)

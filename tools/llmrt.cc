@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "runtime/base/npy.h"
+#include "runtime/chat/chat_template.h"
 #include "runtime/generate/generator.h"
 #include "runtime/plan/plan_file.h"
 #include "runtime/plan/plan_inspect.h"
@@ -67,6 +68,10 @@ int main(int argc, char** argv) {
   run->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-sequence tokens");
   run->add_flag("--no-bos", no_bos, "do not add the BOS token to --prompt");
   run->add_flag("--verify-weights", verify, "check the weight section's hash before running");
+  bool chat = false;
+  std::string system_prompt;
+  run->add_flag("--chat", chat, "wrap --prompt as a user message in the plan's chat template");
+  run->add_option("--system", system_prompt, "system message for --chat");
 
   std::string inspect_path, memory;
   bool inspect_json = false;
@@ -106,7 +111,25 @@ int main(int argc, char** argv) {
   std::vector<llmrt::GenerationRequest> requests;
   if (!prompt.empty()) {
     if (!tokenizer) return fail(llmrt::failed_precondition("the plan has no tokenizer: use --prompt-ids"));
-    auto ids = tokenizer->encode(prompt, /*add_special=*/!no_bos);
+    std::string text = prompt;
+    bool add_special = !no_bos;
+    if (chat) {
+      if (tokenizer->chat_template().empty())
+        return fail(llmrt::failed_precondition("the plan has no chat template: drop --chat"));
+      auto tmpl = llmrt::ChatTemplate::parse(tokenizer->chat_template());
+      if (!tmpl.ok()) return fail(tmpl.status().with_context("chat template"));
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (!system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", system_prompt}});
+      messages.push_back({{"role", "user"}, {"content", prompt}});
+      nlohmann::ordered_json extra = {
+          {"bos_token", std::string(tokenizer->token_text(tokenizer->bos_id()))},
+          {"eos_token", std::string(tokenizer->token_text(tokenizer->eos_id()))}};
+      auto rendered = (*tmpl)->render(messages, /*add_generation_prompt=*/true, extra);
+      if (!rendered.ok()) return fail(rendered.status());
+      text = *rendered;
+      add_special = false;  // the template writes BOS itself, as apply_chat_template does
+    }
+    auto ids = tokenizer->encode(text, add_special);
     if (!ids.ok()) return fail(ids.status());
     requests.push_back({});
     requests.back().prompt = std::move(ids.value());
@@ -153,8 +176,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<llmrt::StreamingDecoder> decoder;
   if (stream) {
     decoder = std::make_unique<llmrt::StreamingDecoder>(*tokenizer, /*skip_special=*/true);
-    std::fputs(prompt.c_str(), stdout);
-    std::fflush(stdout);
+    if (!chat) {
+      std::fputs(prompt.c_str(), stdout);
+      std::fflush(stdout);
+    }
   }
   auto results = gen.generate(requests, [&](size_t, int32_t token) {
     if (!decoder) return;

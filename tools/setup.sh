@@ -14,7 +14,7 @@ BUILD=${LLMC_BUILD_DIR:-$ROOT/build}
 CACHE=${LLMC_CACHE:-$ROOT/.cache}
 JOBS=${JOBS:-$(nproc)}
 RUN=1
-PROMPT="The capital of France is"
+PROMPT="What is the capital of France?"
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-run) RUN=0 ;;
@@ -59,5 +59,5 @@ if [ ! -f "$PLAN" ] || [ "$MODEL" -nt "$PLAN" ] || [ "$BUILD/tools/llmc" -nt "$P
 fi
 echo "setup: plan at $PLAN"
 if [ "$RUN" = 1 ]; then
-  "$BUILD/tools/llmrt" run "$PLAN" --prompt "$PROMPT" --max-tokens 48 --temperature 0
+  "$BUILD/tools/llmrt" run "$PLAN" --chat --prompt "$PROMPT" --max-tokens 48 --temperature 0
 fi

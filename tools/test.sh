@@ -20,19 +20,22 @@ if [ ! -x "$VENV/bin/pytest" ]; then
   "$VENV/bin/pip" install --quiet numpy==2.2.6 pytest==8.4.2
 fi
 
-# libFuzzer targets need clang; they get their own build folder.
-FUZZ_BUILD=$BUILD-fuzz
-cmake -S "$ROOT" -B "$FUZZ_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Sanitizer build (clang, ASan + UBSan, coverage for libFuzzer) of everything that reads
+# untrusted bytes or runs kernels: the runtime, the frontends and tokenizers, their unit tests
+# and the libFuzzer targets. (The MLIR compiler is not part of it.)
+SAN_BUILD=$BUILD-sanitize
+cmake -S "$ROOT" -B "$SAN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_PREFIX_PATH=/usr/lib/llvm-19 -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
-  -DLLMC_BUILD_COMPILER=OFF -DLLMC_ENABLE_FUZZ=ON >/dev/null
-ninja -C "$FUZZ_BUILD" -j "$JOBS" fuzz_targets
+  -DLLMC_BUILD_COMPILER=OFF -DLLMC_ENABLE_FUZZ=ON -DLLMC_ENABLE_UBSAN=ON >/dev/null
+ninja -C "$SAN_BUILD" -j "$JOBS"
 
 export LLMC_SMOLLM2_GGUF=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
 export LLMC_BUILD_DIR=$BUILD
 export LLMC_PYTHON=$VENV/bin/python
-export LLMC_FUZZ_BUILD=$FUZZ_BUILD
 status=0
 ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@" || status=1
-# Each fuzz target runs a fixed time (LLMC_FUZZ_SECONDS, default 20) on its committed corpus.
-ctest --test-dir "$FUZZ_BUILD" --output-on-failure -L fuzz || status=1
+# Under the sanitizers: the unit, frontend and tokenizer tests, then each fuzz target for a fixed
+# time (LLMC_FUZZ_SECONDS, default 20) on its committed corpus.
+ctest --test-dir "$SAN_BUILD" --output-on-failure -j "$JOBS" -LE fuzz "$@" || status=1
+ctest --test-dir "$SAN_BUILD" --output-on-failure -L fuzz || status=1
 exit $status

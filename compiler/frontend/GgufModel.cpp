@@ -228,6 +228,18 @@ readGgufTokenizer(const GgufFile &f) {
     return invalid_argument(f.name() +
                             ": byte-level BPE tokenizer without tokenizer.ggml.merges");
   }
+  if (model == "llama" && f.has("tokenizer.ggml.scores")) { // SPM: merges by score
+    ASSIGN_OR_RETURN(std::vector<double> scores, f.getFloatArray("tokenizer.ggml.scores"));
+    tok.scores.assign(scores.begin(), scores.end());
+  }
+  if (model == "llama") {
+    // SentencePiece variants are named in `pre` (runtime/tokenizer/spm.h): the "▁" prefix
+    // follows tokenizer.ggml.add_space_prefix (default on, as in llama.cpp).
+    bool addSpacePrefix = true;
+    RETURN_IF_ERROR(readOptional(f, "tokenizer.ggml.add_space_prefix", addSpacePrefix,
+                                 &GgufFile::getBool));
+    tok.pre = addSpacePrefix ? "spm" : "spm-no-prefix";
+  }
   auto readId = [&](const char *key, int32_t &out) -> Status {
     if (!f.has(key))
       return llmrt::ok_status();

@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 
 using json = nlohmann::json;
 using llmrt::Status;
@@ -136,6 +137,107 @@ bool isSentencePieceStyle(const json &root, const json &model) {
   };
   return mentionsMetaspace(root.value("normalizer", json())) ||
          mentionsMetaspace(root.value("pre_tokenizer", json()));
+}
+
+constexpr const char *kMetaspace = "\xE2\x96\x81"; // "▁" (U+2581)
+
+/// "<0xNN>" with two upper-case hex digits.
+bool isByteToken(const std::string &s) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+  return s.size() == 6 && s.compare(0, 3, "<0x") == 0 && hex(s[3]) && hex(s[4]) && s[5] == '>';
+}
+
+/// Flattens a Sequence (key `listKey`) into its steps; a lone step is a sequence of one.
+std::vector<json> steps(const json &j, const char *listKey) {
+  if (j.is_null())
+    return {};
+  if (typeOf(j) == "Sequence" && j.contains(listKey) && j[listKey].is_array())
+    return std::vector<json>(j[listKey].begin(), j[listKey].end());
+  return {j};
+}
+
+bool isStringPattern(const json &step, const std::string &pattern, const std::string &content) {
+  return step.contains("pattern") && step["pattern"].is_object() &&
+         step["pattern"].value("String", json()) == json(pattern) &&
+         step.value("content", json()) == json(content);
+}
+
+Status unsupportedSpm(const char *what, const json &j) {
+  return llmrt::unimplemented(
+      std::string("unsupported ") + what + " for SentencePiece-style BPE: " + truncated(j) +
+      "; supported: normalizers Prepend(\"\xE2\x96\x81\") + Replace(\" \", \"\xE2\x96\x81\") "
+      "or Replace alone, or pre_tokenizer Metaspace; decoders Replace/ByteFallback/Fuse/Strip or "
+      "Metaspace");
+}
+
+/// Maps normalizer + pre_tokenizer + decoder of a SentencePiece-style tokenizer.json to the
+/// runtime's variant name (runtime/tokenizer/spm.h).
+StatusOr<std::string> mapSentencePiece(const json &root, const json &model) {
+  if (!boolField(model, "byte_fallback", false))
+    return llmrt::unimplemented(
+        "SentencePiece-style BPE without byte_fallback is not supported");
+  const json &norm = root.value("normalizer", json());
+  const json &pre = root.value("pre_tokenizer", json());
+  bool prepend = false, replace = false;
+  for (const json &step : steps(norm, "normalizers")) {
+    std::string t = typeOf(step);
+    if (t == "Prepend" && step.value("prepend", json()) == json(kMetaspace) && !prepend)
+      prepend = true;
+    else if (t == "Replace" && isStringPattern(step, " ", kMetaspace) && !replace)
+      replace = true;
+    else
+      return unsupportedSpm("normalizer", norm);
+  }
+  std::string name;
+  std::vector<json> preSteps = steps(pre, "pretokenizers");
+  if (preSteps.empty()) {
+    if (!replace)
+      return unsupportedSpm("normalizer (no Replace(\" \", \"\xE2\x96\x81\"))", norm);
+    name = prepend ? "spm" : "spm-no-prefix";
+  } else {
+    const json &m = preSteps[0];
+    if (preSteps.size() != 1 || typeOf(m) != "Metaspace" || prepend || replace)
+      return unsupportedSpm("pre_tokenizer", pre);
+    if (m.value("replacement", json(kMetaspace)) != json(kMetaspace))
+      return unsupportedSpm("Metaspace replacement", pre);
+    std::string scheme = boolField(m, "add_prefix_space", true) ? "always" : "never";
+    if (m.contains("prepend_scheme") && m["prepend_scheme"].is_string())
+      scheme = m["prepend_scheme"].get<std::string>();
+    if (scheme != "always" && scheme != "first" && scheme != "never")
+      return unsupportedSpm("Metaspace prepend_scheme", pre);
+    name = "spm-metaspace-" + scheme;
+    if (boolField(m, "split", true))
+      name += "-split";
+  }
+  // The decoder must undo exactly that: "▁" → " ", byte tokens → bytes, and one leading space
+  // dropped iff a "▁" is prepended (the runtime's rule).
+  const bool prefixed = name != "spm-no-prefix" && name.rfind("spm-metaspace-never", 0) != 0;
+  const json &dec = root.value("decoder", json());
+  bool strips = false, replaces = false;
+  for (const json &step : steps(dec, "decoders")) {
+    std::string t = typeOf(step);
+    if (t == "Replace" && isStringPattern(step, kMetaspace, " ")) {
+      replaces = true;
+    } else if (t == "ByteFallback" || t == "Fuse") {
+    } else if (t == "Strip" && step.value("content", json()) == json(" ") &&
+               step.value("start", json()) == json(1) && step.value("stop", json()) == json(0)) {
+      strips = true;
+    } else if (t == "Metaspace" && step.value("replacement", json(kMetaspace)) ==
+                                       json(kMetaspace)) {
+      replaces = true;
+      std::string scheme = boolField(step, "add_prefix_space", true) ? "always" : "never";
+      if (step.contains("prepend_scheme") && step["prepend_scheme"].is_string())
+        scheme = step["prepend_scheme"].get<std::string>();
+      strips = scheme != "never";
+    } else {
+      return unsupportedSpm("decoder", dec);
+    }
+  }
+  if (!dec.is_null() && (!replaces || strips != prefixed))
+    return unsupportedSpm(prefixed ? "decoder (expected a leading-space Strip)"
+                                   : "decoder (unexpected leading-space Strip)",
+                          dec);
+  return name;
 }
 
 /// Special tokens the post-processor wraps a single sequence in: (leading, trailing).
@@ -280,8 +382,16 @@ StatusOr<TokenizerData> parseImpl(const json &root, const json &config) {
 
   // --- normalizer and pre-tokenizer ---
   if (isSentencePieceStyle(root, model)) {
-    data.byte_level = false;  // the runtime does not implement this yet; it says so
-    data.pre = "";
+    data.byte_level = false;
+    StatusOr<std::string> name = mapSentencePiece(root, model);
+    if (!name.ok())
+      return name.status();
+    data.pre = *name;
+    // "<0xNN>" tokens are the byte-fallback tokens.
+    for (size_t id = 0; id < data.tokens.size(); ++id)
+      if (data.token_types[id] == static_cast<int32_t>(TokenType::kNormal) &&
+          isByteToken(data.tokens[id]))
+        data.token_types[id] = static_cast<int32_t>(TokenType::kByte);
   } else {
     data.byte_level = true;
     const json &norm = root.value("normalizer", json());

@@ -7,8 +7,11 @@
 // Supported: model BPE. Byte-level pre-tokenizers are recognized by structure and mapped to the
 // runtime's named table: ByteLevel(use_regex) → "gpt2"; Split(Llama 3 regex) + ByteLevel →
 // "llama3"; Split(Qwen2 regex) + ByteLevel → "qwen2"; Digits(individual) + ByteLevel(use_regex)
-// → "smollm". SentencePiece-style BPE (byte_fallback / Metaspace / "▁" normalizers) is read
-// with byte_level = false (the runtime rejects it until it is implemented). Anything else is an
+// → "smollm". SentencePiece-style BPE (Llama 2, Mistral, TinyLlama: byte_fallback, "▁"
+// normalizers Prepend + Replace, or the Metaspace pre-tokenizer; decoders Replace / ByteFallback
+// / Fuse / Strip or Metaspace) is read with byte_level = false, "<0xNN>" tokens typed as byte
+// tokens, and `pre` naming the variant ("spm", "spm-no-prefix",
+// "spm-metaspace-{always,first,never}[-split]"; runtime/tokenizer/spm.h). Anything else is an
 // error naming what is unsupported.
 //
 //===----------------------------------------------------------------------===//

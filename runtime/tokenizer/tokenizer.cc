@@ -1,6 +1,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "runtime/tokenizer/bpe.h"
@@ -14,6 +15,20 @@ namespace {
 constexpr size_t kMaxCachedPieceBytes = 128;
 constexpr size_t kMaxCacheEntries = 1 << 16;
 
+/// SentencePiece token text → bytes: "▁" (U+2581) is a space.
+void append_spm_text(std::string_view text, std::string* out) {
+  constexpr std::string_view kSpace = "\xE2\x96\x81";
+  size_t pos = 0;
+  while (true) {
+    size_t next = text.find(kSpace, pos);
+    if (next == std::string_view::npos) break;
+    out->append(text.data() + pos, next - pos);
+    out->push_back(' ');
+    pos = next + kSpace.size();
+  }
+  out->append(text.data() + pos, text.size() - pos);
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer() { std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1); }
@@ -22,11 +37,6 @@ Tokenizer::~Tokenizer() = default;
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::create(const TokenizerData& data) {
   if (data.model != "bpe") {
     return unimplemented("tokenizer model '" + data.model + "' is not supported (supported: bpe)");
-  }
-  if (!data.byte_level) {
-    return unimplemented(
-        "SentencePiece-style BPE (byte_level = false) is not supported yet; supported: "
-        "byte-level BPE");
   }
   if (data.normalizer != "" && data.normalizer != "nfc") {
     return unimplemented("tokenizer normalizer '" + data.normalizer +
@@ -55,10 +65,31 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::create(const TokenizerData& data
   if (data.add_bos && data.bos_id < 0) return invalid_argument("tokenizer add_bos without bos_id");
   if (data.add_eos && data.eos_id < 0) return invalid_argument("tokenizer add_eos without eos_id");
 
+  if (!data.scores.empty() && data.scores.size() != data.tokens.size()) {
+    return invalid_argument("tokenizer has " + std::to_string(data.tokens.size()) +
+                            " tokens but " + std::to_string(data.scores.size()) + " scores");
+  }
+  for (size_t i = 0; i < data.scores.size(); ++i) {
+    if (std::isnan(data.scores[i])) {
+      return invalid_argument("token " + std::to_string(i) + " has a NaN score");
+    }
+  }
+  if (!data.byte_level && data.merges.empty() && data.scores.empty()) {
+    return invalid_argument(
+        "SentencePiece-style BPE tokenizer has neither merges nor token scores");
+  }
+
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  // An empty name is what old GGUF files without tokenizer.ggml.pre mean: GPT-2's rules.
-  ASSIGN_OR_RETURN(t->pre_, PreTokenizer::create(data.pre.empty() ? "gpt2" : data.pre));
-  t->ignore_merges_ = data.ignore_merges || t->pre_->ignore_merges();
+  if (data.byte_level) {
+    // An empty name is what old GGUF files without tokenizer.ggml.pre mean: GPT-2's rules.
+    ASSIGN_OR_RETURN(t->pre_, PreTokenizer::create(data.pre.empty() ? "gpt2" : data.pre));
+    t->ignore_merges_ = data.ignore_merges || t->pre_->ignore_merges();
+  } else {
+    ASSIGN_OR_RETURN(SpmConfig config, parse_spm_config(data.pre));
+    t->spm_ = std::make_unique<SpmConfig>(std::move(config));
+    t->ignore_merges_ = data.ignore_merges;
+    if (data.merges.empty()) t->scores_ = data.scores;
+  }
   t->nfc_ = data.normalizer == "nfc";
 
   t->tokens_ = data.tokens;
@@ -91,7 +122,15 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::create(const TokenizerData& data
   std::string spelled;
   for (int b = 0; b < 256; ++b) {
     spelled.clear();
-    append_utf8(byte_to_code_point(static_cast<uint8_t>(b)), &spelled);
+    if (t->spm_) {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      spelled = "<0x";
+      spelled.push_back(kHex[b >> 4]);
+      spelled.push_back(kHex[b & 15]);
+      spelled.push_back('>');
+    } else {
+      append_utf8(byte_to_code_point(static_cast<uint8_t>(b)), &spelled);
+    }
     t->byte_ids_[b] = t->token_ids_->find(spelled);
   }
   auto find_id = [&t](std::string_view text) { return t->token_ids_->find(text); };
@@ -120,7 +159,48 @@ std::string_view Tokenizer::token_text(int32_t id) const {
 
 int32_t Tokenizer::find_token(std::string_view text) const { return token_ids_->find(text); }
 
-const std::string& Tokenizer::pre_tokenizer_name() const { return pre_->name(); }
+const std::string& Tokenizer::pre_tokenizer_name() const {
+  return spm_ ? spm_->name : pre_->name();
+}
+
+void Tokenizer::encode_spm_piece(std::string_view piece, std::vector<int32_t>* ids) const {
+  auto push_bytes = [&](std::string_view bytes) {
+    bool all = true;
+    for (unsigned char c : bytes) all = all && byte_ids_[c] >= 0;
+    if (all) {
+      for (unsigned char c : bytes) ids->push_back(byte_ids_[c]);
+    } else if (unk_id_ >= 0 && (ids->empty() || ids->back() != unk_id_)) {
+      ids->push_back(unk_id_);  // consecutive unknowns fuse (Hugging Face fuse_unk)
+    }
+  };
+  if (scores_.empty()) {
+    // Merge list (tokenizer.json): one symbol per character, byte tokens for characters the
+    // vocabulary lacks, then merges by rank.
+    for (size_t pos = 0; pos < piece.size();) {
+      size_t len = std::max<size_t>(1, valid_utf8_length(piece, pos));
+      std::string_view ch = piece.substr(pos, len);
+      int32_t id = token_ids_->find(ch);
+      if (id >= 0) {
+        ids->push_back(id);
+      } else {
+        push_bytes(ch);
+      }
+      pos += len;
+    }
+    merges_->apply(ids);
+    return;
+  }
+  std::vector<std::string_view> symbols;
+  spm_merge_by_score(piece, *token_ids_, scores_, &symbols);
+  for (std::string_view sym : symbols) {
+    int32_t id = token_ids_->find(sym);
+    if (id >= 0) {
+      ids->push_back(id);
+    } else {
+      push_bytes(sym);
+    }
+  }
+}
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) const {
   const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
@@ -134,7 +214,16 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) 
   }
   std::vector<int32_t> ids;
   bool done = false;
-  if (ignore_merges_) {
+  if (spm_) {
+    int32_t id = ignore_merges_ ? token_ids_->find(piece) : -1;
+    if (id >= 0 && types_[id] == TokenType::kNormal) {
+      ids.push_back(id);
+    } else {
+      encode_spm_piece(piece, &ids);
+    }
+    done = true;
+  }
+  if (!done && ignore_merges_) {
     std::string spelled;
     append_byte_level(piece, &spelled);
     int32_t id = token_ids_->find(spelled);
@@ -160,8 +249,9 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) 
   }
 }
 
-void Tokenizer::encode_plain(std::string_view text, std::vector<std::string_view>* scratch,
-                             std::vector<int32_t>* out, Status* status) const {
+void Tokenizer::encode_plain(std::string_view text, bool at_text_start,
+                             std::vector<std::string_view>* scratch, std::vector<int32_t>* out,
+                             Status* status) const {
   if (text.empty()) return;
   std::string normalized;
   if (nfc_ && !is_trivially_nfc(text)) {
@@ -169,6 +259,17 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<std::string_view
     text = normalized;
   }
   scratch->clear();
+  if (spm_) {
+    std::string spelled;
+    spm_normalize(*spm_, text, at_text_start, &spelled);
+    if (spm_->split) {
+      spm_split(spelled, scratch);
+    } else if (!spelled.empty()) {
+      scratch->push_back(spelled);
+    }
+    for (std::string_view piece : *scratch) encode_piece(piece, out);
+    return;
+  }
   Status st = pre_->split(text, scratch);
   if (!st.ok()) {
     *status = st;
@@ -205,13 +306,14 @@ StatusOr<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add
       ++pos;
       continue;
     }
-    encode_plain(text.substr(plain_start, pos - plain_start), &scratch, &out, &status);
+    encode_plain(text.substr(plain_start, pos - plain_start), plain_start == 0, &scratch, &out,
+                 &status);
     if (!status.ok()) return status;
     out.push_back(match->id);
     pos += match->text.size();
     plain_start = pos;
   }
-  encode_plain(text.substr(plain_start), &scratch, &out, &status);
+  encode_plain(text.substr(plain_start), plain_start == 0, &scratch, &out, &status);
   if (!status.ok()) return status;
 
   if (add_special && add_eos_) out.push_back(eos_id_);
@@ -222,7 +324,11 @@ void Tokenizer::append_token_bytes(int32_t id, bool skip_special, std::string* o
   if (id < 0 || id >= vocab_size()) return;
   switch (types_[id]) {
     case TokenType::kNormal:
-      append_bytes_from_byte_level(tokens_[id], out);
+      if (spm_) {
+        append_spm_text(tokens_[id], out);
+      } else {
+        append_bytes_from_byte_level(tokens_[id], out);
+      }
       return;
     case TokenType::kControl:
     case TokenType::kUnknown:
@@ -256,6 +362,7 @@ void Tokenizer::append_token_bytes(int32_t id, bool skip_special, std::string* o
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
   for (int32_t id : ids) append_token_bytes(id, skip_special, &out);
+  if (strips_leading_space() && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }
 
@@ -264,10 +371,17 @@ StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, bool skip_special
 
 std::string StreamingDecoder::push(int32_t id) {
   tokenizer_->append_token_bytes(id, skip_special_, &pending_);
+  if (at_start_ && !pending_.empty()) {
+    at_start_ = false;
+    if (tokenizer_->strips_leading_space() && pending_[0] == ' ') pending_.erase(0, 1);
+  }
   return take_complete(/*final=*/false);
 }
 
-std::string StreamingDecoder::flush() { return take_complete(/*final=*/true); }
+std::string StreamingDecoder::flush() {
+  at_start_ = true;
+  return take_complete(/*final=*/true);
+}
 
 std::string StreamingDecoder::take_complete(bool final) {
   static constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD

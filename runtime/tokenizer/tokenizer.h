@@ -1,5 +1,6 @@
-// The runtime tokenizer: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM families) built from
-// TokenizerData or the plan's fb::Tokenizer table, plus an incremental detokenizer.
+// The runtime tokenizer: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM families) and
+// SentencePiece-style BPE (Llama 1/2, Mistral, TinyLlama) built from TokenizerData or the plan's
+// fb::Tokenizer table, plus an incremental detokenizer.
 //
 // encode(): special/added tokens are split out of the text first (leftmost, longest match;
 // control tokens only when parse_special, user-defined tokens always), the rest is split by the
@@ -9,8 +10,13 @@
 // character); StreamingDecoder only ever returns complete characters.
 //
 // normalizer "nfc" (Qwen2/3 tokenizer.json) is applied to the text between special tokens.
-// Not yet: SentencePiece-style BPE (byte_level=false: "▁" spaces, <0xNN> byte fallback) —
-// create() rejects it with kUnimplemented.
+//
+// SentencePiece-style BPE (byte_level = false; Llama 1/2, Mistral, TinyLlama; see spm.h): each
+// text segment between special tokens has ' ' replaced by "▁" and (per the `pre` variant) a "▁"
+// prepended, then BPE runs over its UTF-8 characters — by merge rank when `merges` is given
+// (tokenizer.json), else by token score (GGUF) — and characters without a token become <0xNN>
+// byte tokens. decode() spells "▁" as ' ', reassembles byte tokens, and strips one leading space
+// of the whole output (Hugging Face's Strip decoder) unless the variant adds no prefix.
 // Thread safety: a Tokenizer is immutable after create() except for an internal, locked word
 // cache, so one instance may be shared by many threads.
 #pragma once
@@ -25,6 +31,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/tokenizer/spm.h"
 #include "runtime/tokenizer/tokenizer_data.h"
 
 namespace llmrt {
@@ -52,9 +59,10 @@ class Tokenizer {
   StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special = true,
                                         bool parse_special = true) const;
   /// Concatenated bytes of `ids`; ids out of range are skipped; `skip_special` drops control
-  /// tokens.
+  /// tokens. SentencePiece-style with a "▁" prefix: one leading space of the result is dropped.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
-  /// Appends the bytes one token decodes to (what decode() concatenates).
+  /// Appends the bytes one token decodes to (what decode() concatenates, before its
+  /// leading-space strip).
   void append_token_bytes(int32_t id, bool skip_special, std::string* out) const;
 
   int32_t bos_id() const { return bos_id_; }
@@ -70,15 +78,21 @@ class Tokenizer {
   std::string_view token_text(int32_t id) const;
   /// Id of the token whose stored text is `text`, or -1.
   int32_t find_token(std::string_view text) const;
-  /// Canonical pre-tokenizer name in use.
+  /// Canonical pre-tokenizer name in use ("spm..." for SentencePiece-style BPE).
   const std::string& pre_tokenizer_name() const;
+  /// SentencePiece-style BPE ("▁" spaces, <0xNN> byte fallback) rather than byte-level BPE.
+  bool is_sentencepiece() const { return spm_ != nullptr; }
+  /// decode() drops one leading space of its output (SentencePiece-style with a "▁" prefix).
+  bool strips_leading_space() const { return spm_ != nullptr && spm_->strip_leading_space(); }
   const std::string& chat_template() const { return chat_template_; }
 
  private:
   Tokenizer();
   void encode_piece(std::string_view piece, std::vector<int32_t>* out) const;
-  void encode_plain(std::string_view text, std::vector<std::string_view>* scratch,
-                    std::vector<int32_t>* out, Status* status) const;
+  void encode_spm_piece(std::string_view piece, std::vector<int32_t>* ids) const;
+  void encode_plain(std::string_view text, bool at_text_start,
+                    std::vector<std::string_view>* scratch, std::vector<int32_t>* out,
+                    Status* status) const;
 
   std::vector<std::string> tokens_;
   std::vector<TokenType> types_;
@@ -90,7 +104,9 @@ class Tokenizer {
     bool control;  // matched only with parse_special
   };
   std::vector<Special> specials_[256];  // by first byte, longest first
-  std::unique_ptr<PreTokenizer> pre_;
+  std::unique_ptr<PreTokenizer> pre_;    // byte-level BPE
+  std::unique_ptr<SpmConfig> spm_;       // SentencePiece-style BPE
+  std::vector<float> scores_;            // SentencePiece-style merges by score (no merge list)
   std::unique_ptr<BpeMerges> merges_;
   bool ignore_merges_ = false;
   bool nfc_ = false;
@@ -117,6 +133,7 @@ class StreamingDecoder {
   std::string take_complete(bool final);
   const Tokenizer* tokenizer_;
   bool skip_special_;
+  bool at_start_ = true;  // nothing decoded yet (for the leading-space strip)
   std::string pending_;
 };
 

@@ -19,11 +19,16 @@ enum class TokenType : int32_t {
 
 struct TokenizerData {
   std::string model = "bpe";         // "bpe" (byte-level or SentencePiece-style)
-  std::string pre;                   // pre-tokenizer name: "gpt2", "llama3", "qwen2", "smollm", ...
-  bool byte_level = true;            // GPT-2 byte↔unicode mapping
+  // pre-tokenizer name: "gpt2", "llama3", "qwen2", "smollm", ... for byte-level BPE;
+  // "spm" (or "", "default", "llama-spm"), "spm-metaspace-..." for SentencePiece-style (spm.h).
+  std::string pre;
+  bool byte_level = true;            // GPT-2 byte↔unicode mapping; false: SentencePiece-style
   std::vector<std::string> tokens;   // id → token text (byte-level form for byte-level BPE)
   std::vector<int32_t> token_types;  // id → TokenType (empty = all normal)
   std::vector<std::string> merges;   // "left right", rank order
+  // id → score (GGUF tokenizer.ggml.scores). SentencePiece-style BPE without a merge list merges
+  // the adjacent pair whose concatenation is the token with the highest score. Empty = none.
+  std::vector<float> scores;
   // Hugging Face BPE `ignore_merges`: a piece that is itself in the vocabulary is emitted whole
   // without merging. The Llama 3 pre-tokenizer family implies it (as in llama.cpp).
   bool ignore_merges = false;

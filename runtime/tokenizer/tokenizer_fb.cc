@@ -13,6 +13,8 @@ flatbuffers::Offset<fb::Tokenizer> build_plan_tokenizer(flatbuffers::FlatBufferB
   auto merges = builder.CreateVectorOfStrings(data.merges);
   auto chat_template = builder.CreateString(data.chat_template);
   auto normalizer = builder.CreateString(data.normalizer);
+  flatbuffers::Offset<flatbuffers::Vector<float>> scores;
+  if (!data.scores.empty()) scores = builder.CreateVector(data.scores);
   fb::TokenizerBuilder tb(builder);
   tb.add_model(model);
   tb.add_pre(pre);
@@ -28,6 +30,7 @@ flatbuffers::Offset<fb::Tokenizer> build_plan_tokenizer(flatbuffers::FlatBufferB
   tb.add_chat_template(chat_template);
   tb.add_ignore_merges(data.ignore_merges);
   tb.add_normalizer(normalizer);
+  if (!data.scores.empty()) tb.add_scores(scores);
   return tb.Finish();
 }
 
@@ -59,6 +62,7 @@ TokenizerData tokenizer_data_from_plan(const fb::Tokenizer& t) {
   d.chat_template = t.chat_template() != nullptr ? t.chat_template()->str() : std::string();
   d.ignore_merges = t.ignore_merges();
   d.normalizer = t.normalizer() != nullptr ? t.normalizer()->str() : std::string();
+  if (t.scores() != nullptr) d.scores.assign(t.scores()->begin(), t.scores()->end());
   return d;
 }
 

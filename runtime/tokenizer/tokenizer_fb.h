@@ -10,8 +10,7 @@
 
 namespace llmrt {
 
-/// Serializes `data` into `builder`. Fields the schema lacks (ignore_merges, normalizer) are
-/// implied by the pre-tokenizer name until the schema carries them.
+/// Serializes `data` into `builder` (every TokenizerData field has a table field).
 flatbuffers::Offset<fb::Tokenizer> build_plan_tokenizer(flatbuffers::FlatBufferBuilder& builder,
                                                         const TokenizerData& data);
 

@@ -173,3 +173,75 @@ def test_compile_real_model_streams_weights(llmc, tmp_path):
     print(f"compile: {weights:.1f} MiB weights, peak RSS {peak:.1f} MiB")
     assert weights > 400
     assert peak < weights, f"peak RSS {peak} MiB >= weights {weights} MiB"
+
+
+SHARED_VOCAB = TINY.parents[2].parent / "shared" / "data" / "tokenizers" / "gguf-vocab"
+SEP = "\n__ggml_vocab_test__\n"
+
+
+@pytest.mark.parametrize("vocab", ["gpt-2", "llama-bpe", "qwen2", "llama-spm"])
+def test_tokenize_cli_matches_llamacpp_vectors(llmc, vocab):
+    gguf = SHARED_VOCAB / f"ggml-vocab-{vocab}.gguf"
+    if not gguf.exists():
+        pytest.fail(f"shared tokenizer data missing at {gguf}")
+    inp = (SHARED_VOCAB / f"ggml-vocab-{vocab}.gguf.inp").read_bytes()
+    expected = (SHARED_VOCAB / f"ggml-vocab-{vocab}.gguf.out").read_text().splitlines()
+    proc = subprocess.run([str(llmc), "tokenize", "--tokenizer", str(gguf), "--no-bos", "--input-sep", SEP],
+                          input=inp, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    got = proc.stdout.decode().splitlines()
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.split() == e.split(), f"case {i}"
+    # --decode restores the text from the ids.
+    back = subprocess.run([str(llmc), "tokenize", "--tokenizer", str(gguf), "--decode", "--input-sep", SEP],
+                          input=proc.stdout, capture_output=True, timeout=300)
+    assert back.returncode == 0, back.stderr.decode()
+
+
+def test_plan_tokenizer_equals_gguf_tokenizer(llmc, tmp_path):
+    """The tokenizer compiled into a plan encodes exactly like the GGUF it came from."""
+    import os
+    from pathlib import Path
+    gguf = os.environ.get("LLMC_SMOLLM2_GGUF")
+    if not gguf or not Path(gguf).is_file():
+        pytest.skip("LLMC_SMOLLM2_GGUF not set (tools/test.sh sets it)")
+    plan = tmp_path / "smol.fb"
+    ok([llmc, "compile", gguf, "-o", plan, "--target", "none", "-q"])
+    text = "Hello world! <|im_start|>user\nCombien coûte 1234 € ? 🤖 def f(x): return x**2\n".encode()
+    a = subprocess.run([str(llmc), "tokenize", "--tokenizer", gguf], input=text, capture_output=True)
+    b = subprocess.run([str(llmc), "tokenize", "--tokenizer", str(plan)], input=text, capture_output=True)
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    assert a.stdout == b.stdout and len(a.stdout.split()) > 10
+
+
+def test_tokenize_bad_tokenizer_path(llmc, tmp_path):
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{ not json")
+    proc = subprocess.run([str(llmc), "tokenize", "--tokenizer", str(bad)], input=b"hi", capture_output=True, text=False)
+    assert proc.returncode == 1 and b"tokenizer.json" in proc.stderr
+
+
+HF_TOKENIZERS = SHARED_VOCAB.parent / "hf"
+
+
+def test_chat_template_cli(llmc, tmp_path):
+    msgs = tmp_path / "m.json"
+    msgs.write_text(json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]))
+    out = ok([llmc, "chat-template", "--tokenizer", HF_TOKENIZERS / "qwen3", "--messages", msgs,
+              "--add-generation-prompt"]).stdout
+    assert out.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n")
+    assert out.endswith("<|im_start|>assistant\n")
+    no_prompt = ok([llmc, "chat-template", "--tokenizer", HF_TOKENIZERS / "qwen3", "--messages", msgs]).stdout
+    assert not no_prompt.endswith("<|im_start|>assistant\n")
+    # A template error (Qwen3 rejects a conversation without a user query) is a clear error.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"role": "system", "content": "x"}, {"role": "tool", "content": "y"}]))
+    proc = run([llmc, "chat-template", "--tokenizer", HF_TOKENIZERS / "qwen3", "--messages", bad])
+    assert proc.returncode in (0, 1)
+    if proc.returncode == 1:
+        assert "chat template" in proc.stderr
+    notjson = tmp_path / "nj.json"
+    notjson.write_text("[{")
+    clean_error(run([llmc, "chat-template", "--tokenizer", HF_TOKENIZERS / "qwen3", "--messages", notjson]),
+                "not valid JSON")

@@ -356,7 +356,8 @@ TEST(GgufReal, VocabOnlyTokenizers) {
            Case{"ggml-vocab-gpt-2.gguf", 50257, 50000, 50256, 50256, -1, "gpt-2", true, false, false},
            Case{"ggml-vocab-llama-bpe.gguf", 128256, 280147, 128000, 128001, -1, "llama-bpe", true, false, false},
            Case{"ggml-vocab-qwen2.gguf", 151936, 151387, 151643, 151643, 151643, "qwen2", true, false, true},
-           Case{"ggml-vocab-llama-spm.gguf", 32000, 0, 1, 2, -1, "default", false, true, false},
+           // SentencePiece files name their variant (runtime/tokenizer/spm.h): add_space_prefix → "spm".
+           Case{"ggml-vocab-llama-spm.gguf", 32000, 0, 1, 2, -1, "spm", false, true, false},
        }) {
     SCOPED_TRACE(c.file);
     auto file = GgufFile::open(dir + c.file);

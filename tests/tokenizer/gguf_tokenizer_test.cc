@@ -40,6 +40,7 @@ TEST_P(GgufVocab, ReadGgufTokenizerMatchesVectors) {
 
 INSTANTIATE_TEST_SUITE_P(ByteLevelBpe, GgufVocab,
                          ::testing::Values("gpt-2", "llama-bpe", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(SentencePieceBpe, GgufVocab, ::testing::Values("llama-spm"));
 
 } // namespace
 } // namespace llmc

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/tokenizer/tokenizer_test_util.h"
 
@@ -105,16 +107,139 @@ TEST(HfTokenizer, Qwen3) {
   EXPECT_EQ(idsToString(*ids), " 64 151667 65");
 }
 
-TEST(HfTokenizer, SentencePieceStyleIsReadButNotYetRun) {
+// SentencePiece-style BPE: hf/llama2/tokenizer.json (Prepend + Replace normalizers, byte
+// fallback, Replace/ByteFallback/Fuse/Strip decoder; its vocabulary is Mistral's 32000 pieces,
+// not the llama-spm GGUF's). References from Hugging Face tokenizers: gen_spm_reference.py.
+std::string testFile(const std::string &name) {
+  return std::string(LLMC_TOKENIZER_TEST_DIR) + "/" + name;
+}
+
+bool containsAny(const std::string &s, std::initializer_list<const char *> needles) {
+  for (const char *n : needles)
+    if (s.find(n) != std::string::npos)
+      return true;
+  return false;
+}
+
+TEST(HfTokenizer, Llama2SentencePieceMatchesHuggingFace) {
   auto data = loadHfTokenizer(data_dir() + "/hf/llama2/tokenizer.json");
   ASSERT_TRUE(data.ok()) << data.status().to_string();
   EXPECT_FALSE(data->byte_level);
+  EXPECT_EQ(data->pre, "spm");
   EXPECT_EQ(data->bos_id, 1);
+  EXPECT_EQ(data->eos_id, 2);
   EXPECT_TRUE(data->add_bos);
+  EXPECT_FALSE(data->add_eos);
+  EXPECT_EQ(data->merges.size(), 58980u);
+  EXPECT_TRUE(data->scores.empty());
   EXPECT_EQ(data->token_types[0], static_cast<int32_t>(TokenType::kControl));
+  EXPECT_EQ(data->tokens[3], "<0x00>");
+  EXPECT_EQ(data->token_types[3], static_cast<int32_t>(TokenType::kByte));
+  EXPECT_EQ(data->token_types[258], static_cast<int32_t>(TokenType::kByte));
+  EXPECT_EQ(data->token_types[259], static_cast<int32_t>(TokenType::kNormal));
   auto t = Tokenizer::create(*data);
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+
+  auto plain = llmrt::testing::read_cases(testFile("llama2_hf.inp"), testFile("llama2_hf.out"));
+  auto bos = llmrt::testing::read_cases(testFile("llama2_hf.inp"), testFile("llama2_hf_bos.out"));
+  ASSERT_GT(plain.size(), 80u);
+  ASSERT_EQ(plain.size(), bos.size());
+  int lossless = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const std::string &text = plain[i].text;
+    auto ids = (*t)->encode(text, /*add_special=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+    EXPECT_EQ(idsToString(*ids), idsToString(plain[i].ids)) << "text: '" << text << "'";
+    auto withBos = (*t)->encode(text, /*add_special=*/true);
+    ASSERT_TRUE(withBos.ok());
+    EXPECT_EQ(idsToString(*withBos), idsToString(bos[i].ids)) << "text: '" << text << "'";
+    // Lossless unless the text holds special-token spellings (they get their own "▁" prefix
+    // after them) or a literal "▁".
+    if (!containsAny(text, {"<s>", "</s>", "<unk>", "\xE2\x96\x81"})) {
+      EXPECT_EQ((*t)->decode(*ids), text);
+      ++lossless;
+    }
+  }
+  EXPECT_GT(lossless, 70);
+
+  for (bool skip : {false, true}) {
+    std::string base = skip ? "llama2_hf_decode_skip" : "llama2_hf_decode";
+    auto cases = llmrt::testing::read_cases(testFile(base + ".inp"), testFile(base + ".out"));
+    ASSERT_EQ(cases.size(), plain.size());
+    for (const auto &c : cases) {
+      EXPECT_EQ((*t)->decode(c.ids, skip), c.text) << base;
+      llmrt::StreamingDecoder dec(**t, skip);
+      std::string streamed;
+      for (int32_t id : c.ids)
+        streamed += dec.push(id);
+      streamed += dec.flush();
+      EXPECT_EQ(streamed, c.text) << base;
+    }
+  }
+}
+
+/// hf/llama2/tokenizer.json with the normalizer replaced by a Metaspace pre-tokenizer (and a
+/// matching Metaspace decoder), as gen_spm_reference.py does.
+std::string metaspaceVariant(const std::string &scheme, bool split) {
+  std::string text;
+  EXPECT_TRUE(llmrt::testing::read_file(data_dir() + "/hf/llama2/tokenizer.json", &text));
+  nlohmann::json j = nlohmann::json::parse(text);
+  nlohmann::json pre = {{"type", "Metaspace"},
+                        {"replacement", "\xE2\x96\x81"},
+                        {"prepend_scheme", scheme},
+                        {"split", split}};
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = pre;
+  j["decoder"] = pre;
+  return j.dump();
+}
+
+TEST(HfTokenizer, MetaspaceVariantsMatchHuggingFace) {
+  struct Variant {
+    const char *scheme;
+    bool split;
+    const char *pre;
+    const char *fixture;
+  } variants[] = {{"first", false, "spm-metaspace-first", "spm_metaspace_first.out"},
+                  {"always", true, "spm-metaspace-always-split", "spm_metaspace_always_split.out"}};
+  for (const Variant &v : variants) {
+    auto data = parseHfTokenizer(metaspaceVariant(v.scheme, v.split), "", "metaspace");
+    ASSERT_TRUE(data.ok()) << data.status().to_string();
+    EXPECT_EQ(data->pre, v.pre);
+    auto t = Tokenizer::create(*data);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    auto cases = llmrt::testing::read_cases(testFile("llama2_hf.inp"), testFile(v.fixture));
+    ASSERT_GT(cases.size(), 80u);
+    for (const auto &c : cases) {
+      auto ids = (*t)->encode(c.text, /*add_special=*/false);
+      ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+      EXPECT_EQ(idsToString(*ids), idsToString(c.ids)) << v.pre << " text: '" << c.text << "'";
+    }
+  }
+}
+
+TEST(HfTokenizer, SentencePieceUnsupportedStructureIsAnError) {
+  std::string text;
+  ASSERT_TRUE(llmrt::testing::read_file(data_dir() + "/hf/llama2/tokenizer.json", &text));
+  auto expectUnimplemented = [](const nlohmann::json &j, const std::string &needle) {
+    auto d = parseHfTokenizer(j.dump(), "", "llama2");
+    ASSERT_FALSE(d.ok()) << needle;
+    EXPECT_EQ(d.status().code(), StatusCode::kUnimplemented) << d.status().to_string();
+    EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status().to_string();
+  };
+  nlohmann::json base = nlohmann::json::parse(text);
+  nlohmann::json j = base;
+  j["normalizer"]["normalizers"].push_back({{"type", "NFKC"}});
+  expectUnimplemented(j, "unsupported normalizer");
+  j = base;
+  j["model"]["byte_fallback"] = false;
+  expectUnimplemented(j, "without byte_fallback");
+  j = base;
+  j["decoder"]["decoders"].erase(3);  // no Strip while a "▁" is prepended
+  expectUnimplemented(j, "decoder");
+  j = base;
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  expectUnimplemented(j, "pre_tokenizer");
 }
 
 // A small byte-level tokenizer.json: bytes "a".."d", "ab", "cd"; structure varied per test.

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -176,7 +178,7 @@ TEST(PreTokenizer, UnknownNameListsSupported) {
   auto pt = PreTokenizer::create("falcon");
   ASSERT_FALSE(pt.ok());
   EXPECT_EQ(pt.status().code(), StatusCode::kInvalidArgument);
-  const std::string& m = pt.status().message();
+  const std::string m = pt.status().message();  // a copy: status() is a temporary
   EXPECT_NE(m.find("'falcon'"), std::string::npos) << m;
   for (const char* name : {"gpt2", "llama3", "qwen2", "smollm", "llama-bpe", "gpt-2"}) {
     EXPECT_NE(m.find(name), std::string::npos) << m;
@@ -248,7 +250,16 @@ TEST(Tokenizer, ValidationErrors) {
   expect_error(d, StatusCode::kInvalidArgument, "'mystery'");
   d = tiny_data({}, {});
   d.byte_level = false;
-  expect_error(d, StatusCode::kUnimplemented, "SentencePiece");
+  d.pre = "";
+  expect_error(d, StatusCode::kInvalidArgument, "neither merges nor token scores");
+  d.scores.assign(3, 0.0f);
+  expect_error(d, StatusCode::kInvalidArgument, "3 scores");
+  d.scores.assign(d.tokens.size(), 0.0f);
+  d.scores[5] = std::nanf("");
+  expect_error(d, StatusCode::kInvalidArgument, "token 5 has a NaN score");
+  d.scores[5] = 0.0f;
+  d.pre = "spm-metaspace-sometimes";
+  expect_error(d, StatusCode::kInvalidArgument, "'spm-metaspace-sometimes'");
   d = tiny_data({}, {});
   d.model = "wordpiece";
   expect_error(d, StatusCode::kUnimplemented, "wordpiece");
@@ -288,6 +299,8 @@ TEST_P(VocabVectors, EncodeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(ByteLevelBpe, VocabVectors,
                          ::testing::Values("gpt-2", "llama-bpe", "qwen2"));
+// SentencePiece-style BPE merged by token score (Llama 2 vocabulary, tokenizer.ggml.scores).
+INSTANTIATE_TEST_SUITE_P(SentencePieceBpe, VocabVectors, ::testing::Values("llama-spm"));
 
 TEST(Tokenizer, SpecialTokensSplitOut) {
   const Tokenizer* t = vocab_tokenizer("qwen2");
@@ -445,6 +458,173 @@ TEST(Tokenizer, FromPlanRoundTrip) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("plan tokenizer"), std::string::npos);
   EXPECT_NE(bad.status().message().find("nonexistent-token"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SentencePiece-style BPE (Llama 2 family): "▁" spaces, merges by score or rank, byte fallback.
+
+// A tiny SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then `pieces` with scores.
+TokenizerData tiny_spm(const std::vector<std::pair<std::string, float>>& pieces) {
+  TokenizerData d;
+  d.byte_level = false;
+  d.pre = "spm";
+  d.tokens = {"<unk>", "<s>", "</s>"};
+  d.token_types = {2, 3, 3};
+  d.bos_id = 1;
+  d.eos_id = 2;
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    d.tokens.push_back(buf);
+    d.token_types.push_back(6);
+  }
+  d.scores.assign(d.tokens.size(), 0.0f);
+  for (const auto& [text, score] : pieces) {
+    d.tokens.push_back(text);
+    d.token_types.push_back(1);
+    d.scores.push_back(score);
+  }
+  return d;
+}
+
+constexpr int32_t kSpmFirst = 3 + 256;  // id of the first piece in tiny_spm
+
+TEST(SentencePiece, MergesByHighestScoreLeftmostFirst) {
+  auto t = Tokenizer::create(tiny_spm({{"\xE2\x96\x81", -10},      // 259 ▁
+                                       {"a", -10},                 // 260
+                                       {"b", -10},                 // 261
+                                       {"c", -10},                 // 262
+                                       {"\xE2\x96\x81" "a", -5},   // 263 ▁a
+                                       {"bc", -1},                 // 264
+                                       {"ab", -2},                 // 265
+                                       {"aa", -3}}));              // 266
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const int32_t k = kSpmFirst;
+  auto ids = (*t)->encode("abc", false);
+  ASSERT_TRUE(ids.ok());
+  // ▁ a b c: the best pair is bc (-1); ab (-2) is then stale, so ▁a (-5): [▁a, bc].
+  EXPECT_EQ(*ids, (std::vector<int32_t>{k + 4, k + 5}));
+  // Equal scores: the leftmost "aa" merges first (▁ aa a, not ▁a aa).
+  ids = (*t)->encode("aaa", false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{k, k + 7, k + 1}));
+  // Unknown characters become their UTF-8 bytes; spaces are "▁"; BOS from add_bos.
+  TokenizerData d = tiny_spm({{"\xE2\x96\x81", -10}, {"a", -10}});
+  d.add_bos = true;
+  auto t2 = Tokenizer::create(d);
+  ASSERT_TRUE(t2.ok());
+  ids = (*t2)->encode("a \xC3\xA9");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{1, k, k + 1, k, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ((*t2)->decode(*ids), "<s> a \xC3\xA9");
+  EXPECT_EQ((*t2)->decode(*ids, /*skip_special=*/true), "a \xC3\xA9");
+  EXPECT_EQ((*t2)->pre_tokenizer_name(), "spm");
+  EXPECT_TRUE((*t2)->is_sentencepiece());
+}
+
+TEST(SentencePiece, MergeListByRank) {
+  TokenizerData d = tiny_spm({{"\xE2\x96\x81", 0}, {"a", 0}, {"b", 0}, {"ab", 0},
+                              {"\xE2\x96\x81" "a", 0}});
+  d.scores.clear();
+  d.merges = {"a b", "\xE2\x96\x81 a"};  // rank decides, not score
+  auto t = Tokenizer::create(d);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  auto ids = (*t)->encode("ab", false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{kSpmFirst, kSpmFirst + 3}));
+  d.merges = {"\xE2\x96\x81 a", "a b"};
+  t = Tokenizer::create(d);
+  ASSERT_TRUE(t.ok());
+  ids = (*t)->encode("ab", false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{kSpmFirst + 4, kSpmFirst + 2}));
+}
+
+TEST(SentencePiece, PrefixVariants) {
+  auto encode = [](const std::string& pre, const std::string& text) {
+    TokenizerData d = tiny_spm({{"\xE2\x96\x81", 0}, {"a", 0}, {"b", 0}});
+    d.pre = pre;
+    auto t = Tokenizer::create(d);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    if (!t.ok()) return std::string("?");
+    auto ids = (*t)->encode(text, false);
+    EXPECT_TRUE(ids.ok());
+    return ids_to_string(*ids);
+  };
+  const std::string u = std::to_string(kSpmFirst), a = std::to_string(kSpmFirst + 1),
+                    b = std::to_string(kSpmFirst + 2);
+  // Prepend normalizer: every segment, even one starting with a space.
+  EXPECT_EQ(encode("spm", " a<s>b"), " " + u + " " + u + " " + a + " 1 " + u + " " + b);
+  EXPECT_EQ(encode("spm-no-prefix", " a<s>b"), " " + u + " " + a + " 1 " + b);
+  // Metaspace: only when the segment does not start with "▁" already; "first": text start only.
+  EXPECT_EQ(encode("spm-metaspace-always", " a<s>b"), " " + u + " " + a + " 1 " + u + " " + b);
+  EXPECT_EQ(encode("spm-metaspace-first", "a<s>b"), " " + u + " " + a + " 1 " + b);
+  EXPECT_EQ(encode("spm-metaspace-never", "a b"), " " + a + " " + u + " " + b);
+  EXPECT_EQ(encode("spm-metaspace-always-split", "a b"), " " + u + " " + a + " " + u + " " + b);
+}
+
+TEST(SentencePiece, LlamaSpmDecodeStripsOneLeadingSpace) {
+  const Tokenizer* t = vocab_tokenizer("llama-spm");
+  ASSERT_NE(t, nullptr);
+  auto ids = t->encode("  two spaces", /*add_special=*/false);
+  ASSERT_TRUE(ids.ok());
+  ids->insert(ids->begin(), 1);
+  EXPECT_EQ(t->decode(*ids, /*skip_special=*/true), "  two spaces");
+  EXPECT_EQ(t->decode(*ids), "<s>   two spaces");  // HF: the strip only applies at the start
+}
+
+TEST(StreamingDecoder, SentencePieceByteFallbackAcrossTokens) {
+  const Tokenizer* t = vocab_tokenizer("llama-spm");
+  ASSERT_NE(t, nullptr);
+  // U+1F999 (llama) is not in the vocabulary: four <0xNN> tokens.
+  auto ids = t->encode("\xF0\x9F\xA6\x99!", false);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids_to_string(*ids), " 29871 243 162 169 156 29991");
+  for (bool skip : {false, true}) {
+    StreamingDecoder dec(*t, skip);
+    EXPECT_EQ(dec.push(1), skip ? "" : "<s>");
+    EXPECT_EQ(dec.push((*ids)[0]), skip ? "" : " ");  // the leading space is stripped at start
+    EXPECT_EQ(dec.push((*ids)[1]), "");
+    EXPECT_EQ(dec.push((*ids)[2]), "");
+    EXPECT_EQ(dec.push((*ids)[3]), "");
+    EXPECT_EQ(dec.push((*ids)[4]), "\xF0\x9F\xA6\x99");
+    EXPECT_EQ(dec.push((*ids)[5]), "!");
+    EXPECT_EQ(dec.flush(), "");
+  }
+  // Every llama.cpp vector streams to what decode() returns.
+  for (const auto& c : testing::read_vocab_cases(data_dir() + "/gguf-vocab/ggml-vocab-llama-spm.gguf")) {
+    StreamingDecoder dec(*t);
+    std::string joined;
+    for (int32_t id : c.ids) {
+      std::string piece = dec.push(id);
+      EXPECT_EQ(find_invalid_utf8(piece), std::string_view::npos) << c.text;
+      joined += piece;
+    }
+    joined += dec.flush();
+    EXPECT_EQ(joined, t->decode(c.ids)) << c.text;
+  }
+}
+
+TEST(SentencePiece, FromPlanKeepsScores) {
+  TokenizerData d;
+  const Tokenizer* ref = vocab_tokenizer("llama-spm", &d);
+  ASSERT_NE(ref, nullptr);
+  ASSERT_EQ(d.scores.size(), d.tokens.size());
+  flatbuffers::FlatBufferBuilder b;
+  b.Finish(build_plan_tokenizer(b, d));
+  flatbuffers::Verifier v(b.GetBufferPointer(), b.GetSize(), 64, 10'000'000);
+  ASSERT_TRUE(v.VerifyBuffer<fb::Tokenizer>(nullptr));
+  TokenizerData back =
+      tokenizer_data_from_plan(*flatbuffers::GetRoot<fb::Tokenizer>(b.GetBufferPointer()));
+  EXPECT_TRUE(back.scores == d.scores);
+  EXPECT_FALSE(back.byte_level);
+  auto t = Tokenizer::from_plan(*flatbuffers::GetRoot<fb::Tokenizer>(b.GetBufferPointer()));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const std::string text = "Hello, world! \xF0\x9F\xA6\x99 \xD0\x9F\xD1\x80\xD0\xB8 1234";
+  auto a = (*t)->encode(text, false);
+  auto e = ref->encode(text, false);
+  ASSERT_TRUE(a.ok() && e.ok());
+  EXPECT_EQ(*a, *e);
 }
 
 // ---------------------------------------------------------------------------------------------

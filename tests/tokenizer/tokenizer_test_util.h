@@ -30,12 +30,12 @@ struct VocabCase {
   std::vector<int32_t> ids;
 };
 
-/// Reads X.gguf.inp / X.gguf.out: strings separated by "\n__ggml_vocab_test__\n" (the file ends
-/// with the separator), one line of ids per string.
-inline std::vector<VocabCase> read_vocab_cases(const std::string& gguf_path) {
+/// Reads texts separated by "\n__ggml_vocab_test__\n" (the file ends with the separator) from
+/// `inp_path` and one line of ids per text from `out_path`.
+inline std::vector<VocabCase> read_cases(const std::string& inp_path, const std::string& out_path) {
   std::string inp, outp;
   std::vector<VocabCase> cases;
-  if (!read_file(gguf_path + ".inp", &inp) || !read_file(gguf_path + ".out", &outp)) return cases;
+  if (!read_file(inp_path, &inp) || !read_file(out_path, &outp)) return cases;
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> texts;
   size_t pos = 0;
@@ -59,6 +59,10 @@ inline std::vector<VocabCase> read_vocab_cases(const std::string& gguf_path) {
   return cases;
 }
 
+inline std::vector<VocabCase> read_vocab_cases(const std::string& gguf_path) {
+  return read_cases(gguf_path + ".inp", gguf_path + ".out");
+}
+
 /// Just enough GGUF (v2/v3, little-endian) to pull tokenizer.ggml.* out of a vocab file.
 class MiniGguf {
  public:
@@ -79,7 +83,7 @@ class MiniGguf {
     return true;
   }
 
-  /// Fills the fields a byte-level BPE vocab file has.
+  /// Fills the fields a vocab file has (byte-level BPE, or SentencePiece-style with scores).
   bool tokenizer_data(TokenizerData* d) const {
     d->model = "bpe";
     d->byte_level = model_ == "gpt2";
@@ -87,6 +91,7 @@ class MiniGguf {
     d->tokens = tokens_;
     d->token_types = types_;
     d->merges = merges_;
+    d->scores = scores_;
     d->bos_id = bos_;
     d->eos_id = eos_;
     d->pad_id = pad_;
@@ -156,7 +161,11 @@ class MiniGguf {
           int64_t v = 0;
           size_t sz = scalar_size(et);
           if (sz == 0) return false;
-          if (et == 6 || et == 12) {
+          if (et == 6 && key == "tokenizer.ggml.scores") {
+            float f;
+            if (!pod(&f)) return false;
+            scores_.push_back(f);
+          } else if (et == 6 || et == 12) {
             pos_ += sz;
             if (pos_ > bytes_.size()) return false;
           } else if (!int_value(et, &v)) {
@@ -187,6 +196,7 @@ class MiniGguf {
   std::string model_, pre_;
   std::vector<std::string> tokens_, merges_;
   std::vector<int32_t> types_;
+  std::vector<float> scores_;
   int32_t bos_ = -1, eos_ = -1, pad_ = -1;
   bool add_bos_ = false;
 };
