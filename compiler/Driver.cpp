@@ -13,6 +13,7 @@
 #include "compiler/PlanWriter.h"
 #include "compiler/frontend/Model.h"
 #include "compiler/tokenizer/HfTokenizer.h"
+#include "runtime/chat/chat_template.h"
 #include "ir/LLMDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -75,6 +76,19 @@ llmrt::Status compile(const CompileOptions &opts) {
     }
   }
   RETURN_IF_ERROR(validateModelTensors(model.config, *model.tensors));
+  // The chat template ships in the plan: syntax our engine cannot render fails here, at compile
+  // time, not on the first request.
+  if (model.tokenizer && !model.tokenizer->chat_template.empty()) {
+    auto tmpl = llmrt::ChatTemplate::parse(model.tokenizer->chat_template);
+    if (!tmpl.ok())
+      return tmpl.status().with_context("the model's chat template");
+  }
+  if (model.tokenizer &&
+      static_cast<int64_t>(model.tokenizer->tokens.size()) > model.config.vocabSize)
+    return llmrt::invalid_argument(
+        "the tokenizer has " + std::to_string(model.tokenizer->tokens.size()) +
+        " tokens but the model's vocabulary is " + std::to_string(model.config.vocabSize) +
+        ": tokenizer and weights do not belong together");
 
   mlir::MLIRContext context;
   context.loadDialect<llm::LLMDialect, mlir::func::FuncDialect>();

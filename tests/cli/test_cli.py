@@ -245,3 +245,23 @@ def test_chat_template_cli(llmc, tmp_path):
     notjson.write_text("[{")
     clean_error(run([llmc, "chat-template", "--tokenizer", HF_TOKENIZERS / "qwen3", "--messages", notjson]),
                 "not valid JSON")
+
+
+def test_unsupported_chat_template_fails_at_compile_time(llmc, tmp_path):
+    m = tmp_path / "m"
+    import shutil
+    shutil.copytree(TINY / "llama", m)
+    shutil.copy(HF_TOKENIZERS / "qwen3" / "tokenizer.json", m / "tokenizer.json")
+    cfg = json.loads((HF_TOKENIZERS / "qwen3" / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = "{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}"
+    (m / "tokenizer_config.json").write_text(json.dumps(cfg))
+    clean_error(run([llmc, "compile", m, "-o", tmp_path / "p.fb", "--target", "none"]), "chat template",
+                "no_such_filter")
+
+
+def test_tokenizer_larger_than_model_vocab(llmc, tmp_path):
+    import shutil
+    m = tmp_path / "m"
+    shutil.copytree(TINY / "llama", m)
+    shutil.copy(HF_TOKENIZERS / "qwen3" / "tokenizer.json", m / "tokenizer.json")
+    clean_error(run([llmc, "compile", m, "-o", tmp_path / "p.fb", "--target", "none"]), "vocabulary")
