@@ -322,10 +322,12 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   ASSIGN_OR_RETURN(double lowF, dictGet<double>(m, "rope_low_freq_factor", "llm.model"));
   ASSIGN_OR_RETURN(double highF, dictGet<double>(m, "rope_high_freq_factor", "llm.model"));
   ASSIGN_OR_RETURN(int64_t origMax, dictGet<int64_t>(m, "rope_original_max_position", "llm.model"));
-  std::string name = dictGet<std::string>(m, "name", "llm.model").ok()
-                         ? dictGet<std::string>(m, "name", "llm.model").value() : "";
-  std::string source = dictGet<std::string>(m, "source", "llm.model").ok()
-                           ? dictGet<std::string>(m, "source", "llm.model").value() : "";
+  // Optional descriptive fields: absent in hand-written IR.
+  auto optionalString = [&](StringRef key) {
+    auto s = dyn_cast_or_null<StringAttr>(m.get(key));
+    return s ? s.getValue().str() : std::string();
+  };
+  std::string name = optionalString("name"), source = optionalString("source");
   auto rope = fb::CreateRopeInfoDirect(fbb, theta, ropeType.c_str(), factor, lowF, highF, origMax);
   auto modelInfo = fb::CreateModelInfoDirect(
       fbb, arch.c_str(), source.c_str(), name.c_str(), hidden, layers, heads, kvHeads, headDim,
