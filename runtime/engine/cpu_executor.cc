@@ -297,6 +297,10 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
       *v = dflt;
       return ok_status();
     }
+    // Integer params are sizes, counts and positions: bounding them keeps every product of two
+    // of them inside int64 (a corrupted plan must give an error, never overflow).
+    if (p->i() < -(int64_t{1} << 31) || p->i() > (int64_t{1} << 31))
+      return invalid_argument(where + ": param '" + key + "' = " + str(p->i()) + " is out of range");
     *v = p->i();
     return ok_status();
   };
