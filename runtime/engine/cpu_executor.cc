@@ -1,6 +1,7 @@
 #include "runtime/engine/cpu_executor.h"
 
 #include <algorithm>
+#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +119,10 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   max_model_len_ = mem->max_model_len();
   if (max_model_len_ <= 0 && p.model()) max_model_len_ = p.model()->max_position_embeddings();
   if (max_model_len_ <= 0) return invalid_argument("plan has no max_model_len");
+  // 16M tokens is far beyond any released model; larger values are corruption, and would size
+  // the per-thread attention scratch past what any machine has.
+  if (max_model_len_ > (1 << 24))
+    return invalid_argument("plan max_model_len " + str(max_model_len_) + " is out of range (max 16777216)");
   if (opt.num_kv_blocks < 0) return invalid_argument("num_kv_blocks must be >= 0");
   num_kv_blocks_ = opt.num_kv_blocks
                        ? opt.num_kv_blocks
@@ -183,6 +188,19 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     return invalid_argument("memory plan: arena of " + str(row_bytes) + " bytes per token x " +
                             str(max_tokens_) + " tokens is empty or too large");
   arena_bytes_ = static_cast<size_t>((row_bytes * max_tokens_ + 63) / 64 * 64);
+  if (opt.max_memory_bytes) {
+    // Everything create() allocates, checked before allocating any of it.
+    const uint64_t threads = opt.threads > 0 ? static_cast<uint64_t>(opt.threads)
+                                             : std::max(1u, std::thread::hardware_concurrency());
+    const long double need =
+        static_cast<long double>(arena_bytes_) +
+        static_cast<long double>(num_kv_heads_) * block_size_ * head_dim_ * num_kv_blocks_ * 2 * num_layers_ * 4 +
+        static_cast<long double>(threads) * max_model_len_ * 4;
+    if (need > static_cast<long double>(opt.max_memory_bytes))
+      return resource_exhausted("the plan needs " + str(static_cast<int64_t>(std::min<long double>(need, 9e18))) +
+                                " bytes of workspace and KV cache, more than the limit of " +
+                                str(static_cast<int64_t>(opt.max_memory_bytes)) + " bytes");
+  }
   arena_.reset(static_cast<float*>(std::aligned_alloc(64, arena_bytes_)));
   if (!arena_) return resource_exhausted("cannot allocate an arena of " + str(arena_bytes_) + " bytes");
   std::memset(arena_.get(), 0, arena_bytes_);

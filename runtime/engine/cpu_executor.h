@@ -33,6 +33,7 @@ struct CpuExecutorOptions {
   int max_tokens_per_step = 0;  // 0: the plan's cap
   int max_seqs_per_step = 0;    // 0: the plan's cap
   int num_kv_blocks = 0;        // 0: enough for one sequence of max_model_len tokens
+  uint64_t max_memory_bytes = 0;  // 0: no limit; else create() refuses a plan needing more
 };
 
 class CpuExecutor {

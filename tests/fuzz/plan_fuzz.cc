@@ -15,6 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_tokens_per_step = 8;
   options.max_seqs_per_step = 2;
   options.num_kv_blocks = 4;
+  options.max_memory_bytes = uint64_t{256} << 20;  // a corrupted plan may ask for anything
   auto executor = llmrt::CpuExecutor::create(**plan, options);
   (void)executor;
   return 0;
