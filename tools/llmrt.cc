@@ -10,6 +10,7 @@
 #include "runtime/plan/plan_file.h"
 #include "runtime/plan/plan_inspect.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/llmrt_commands.h"
 
 namespace {
 
@@ -80,7 +81,13 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", inspect_json);
   inspect->add_option("--memory", memory);
 
+  llmrt_tools::Subcommand serve = llmrt_tools::add_serve_command(app);
+  llmrt_tools::Subcommand bench_serve = llmrt_tools::add_bench_serve_command(app);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (serve.app->parsed()) return serve.run();
+  if (bench_serve.app->parsed()) return bench_serve.run();
 
   if (*inspect) {
     std::optional<uint64_t> budget;

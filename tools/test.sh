@@ -19,6 +19,7 @@ if [ ! -x "$VENV/bin/pytest" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet numpy==2.2.6 pytest==8.4.2
 fi
+"$VENV/bin/python" -c "import openai" 2>/dev/null || "$VENV/bin/pip" install --quiet openai==3.57.0  # tests/server
 
 # Sanitizer build (clang, ASan + UBSan, coverage for libFuzzer) of everything that reads
 # untrusted bytes or runs kernels: the runtime, the frontends and tokenizers, their unit tests

@@ -8,6 +8,7 @@
 
 #include "compiler/frontend/Dequant.h"
 #include "compiler/frontend/Gguf.h"
+#include "runtime/tokenizer/pre_tokenizer.h"
 
 #include <algorithm>
 #include <charconv>
@@ -202,6 +203,13 @@ readGgufTokenizer(const GgufFile &f) {
   tok.pre = "default";
   RETURN_IF_ERROR(readOptional(f, "tokenizer.ggml.pre", tok.pre,
                                &GgufFile::getString));
+  // Byte-level BPE: the name selects a row of the runtime's pre-tokenizer table
+  // (runtime/tokenizer/pre_tokenizer.cc); refuse an unknown one here, naming the file.
+  if (model == "gpt2" && !tok.pre.empty() &&
+      llmrt::PreTokenizer::canonical_name(tok.pre).empty())
+    return llmrt::unimplemented(f.name() + ": tokenizer.ggml.pre '" + tok.pre +
+                                "' is not a supported pre-tokenizer (supported: " +
+                                llmrt::PreTokenizer::supported_names() + ")");
   ASSIGN_OR_RETURN(tok.tokens, f.getStringArray("tokenizer.ggml.tokens"));
   const int64_t n = static_cast<int64_t>(tok.tokens.size());
   if (n == 0)

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include <sys/mman.h>
+
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/thread_pool.h"
 
@@ -58,6 +60,9 @@ std::vector<int> trimmed(const flatbuffers::Vector<int32_t>* v) {
 }  // namespace
 
 void CpuExecutor::FreeDeleter::operator()(void* p) const { std::free(p); }
+void KvUnmapDeleter::operator()(float* p) const {
+  if (p) munmap(p, bytes);
+}
 
 CpuExecutor::CpuExecutor() = default;
 CpuExecutor::~CpuExecutor() = default;
@@ -213,7 +218,13 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   if (kv_floats / num_layers_ / 2 / per_block != static_cast<uint64_t>(num_kv_blocks_) ||
       kv_floats > kMaxKvFloats)
     return resource_exhausted("KV cache of " + str(num_kv_blocks_) + " blocks is too large");
-  kv_cache_.assign(kv_floats, 0.0f);
+  // Anonymous pages read as zero and are committed on first write, so a large pool costs
+  // resident memory only as sequences fill it.
+  void* kv_map = mmap(nullptr, kv_floats * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (kv_map == MAP_FAILED) return resource_exhausted("cannot map a KV cache of " + str(kv_floats * sizeof(float)) + " bytes");
+  kv_cache_.reset(static_cast<float*>(kv_map));
+  kv_cache_.get_deleter().bytes = kv_floats * sizeof(float);
+  kv_floats_ = kv_floats;
   pool_ = std::make_unique<ThreadPool>(opt.threads);
   attn_scratch_.assign(static_cast<size_t>(pool_->num_threads()) * max_model_len_, 0.0f);
   seq_of_row_.assign(max_tokens_, -1);
@@ -679,7 +690,7 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
       uint64_t{static_cast<uint64_t>(num_kv_blocks_)} * num_kv_heads_ * block_size_ * head_dim_;
   auto kv_layer = [&](int layer) {
     cpu::KvLayer kv;
-    kv.k = kv_cache_.data() + layer_floats * 2 * layer;
+    kv.k = kv_cache_.get() + layer_floats * 2 * layer;
     kv.v = kv.k + layer_floats;
     kv.num_blocks = num_kv_blocks_;
     kv.num_kv_heads = num_kv_heads_;
@@ -762,7 +773,7 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
   const size_t layer_floats = per_block * num_kv_blocks_;
   for (int l = 0; l < num_layers_; ++l)
     for (int kv = 0; kv < 2; ++kv) {
-      float* base = kv_cache_.data() + layer_floats * (2 * l + kv);
+      float* base = kv_cache_.get() + layer_floats * (2 * l + kv);
       std::memcpy(base + per_block * dst, base + per_block * src, per_block * sizeof(float));
     }
   return ok_status();

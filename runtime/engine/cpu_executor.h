@@ -17,6 +17,12 @@ namespace llmrt {
 
 class ThreadPool;
 
+/// munmap()s the executor's KV cache mapping.
+struct KvUnmapDeleter {
+  size_t bytes = 0;
+  void operator()(float* p) const;
+};
+
 /// One step's batch (see PROGRAM.md). Rows query_start[S] .. T-1 are padding (kv_slots -1).
 struct BatchInput {
   std::span<const int32_t> tokens, positions;  // [T]
@@ -64,7 +70,7 @@ class CpuExecutor {
   int max_model_len() const { return max_model_len_; }
   int num_threads() const;
   size_t workspace_bytes() const;
-  size_t kv_cache_bytes() const { return kv_cache_.size() * sizeof(float); }
+  size_t kv_cache_bytes() const { return kv_floats_ * sizeof(float); }
 
   struct Step;
   struct ValueInfo;
@@ -90,7 +96,8 @@ class CpuExecutor {
   };
   std::unique_ptr<float, FreeDeleter> arena_;
   size_t arena_bytes_ = 0;
-  std::vector<float> kv_cache_;        // [layers][K|V][blocks, kv_heads, block_size, head_dim]
+  std::unique_ptr<float, KvUnmapDeleter> kv_cache_;  // [layers][K|V][blocks, kv_heads, block_size, head_dim]
+  size_t kv_floats_ = 0;
   std::vector<float> attn_scratch_;    // [threads][max_model_len]
   std::vector<int32_t> seq_of_row_;    // [max_tokens]
 };

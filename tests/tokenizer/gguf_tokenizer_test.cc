@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "compiler/frontend/Gguf.h"
+#include "runtime/tokenizer/pre_tokenizer.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/frontend/TestFiles.h"
 #include "tests/tokenizer/tokenizer_test_util.h"
 
 namespace llmc {
@@ -41,6 +43,49 @@ TEST_P(GgufVocab, ReadGgufTokenizerMatchesVectors) {
 INSTANTIATE_TEST_SUITE_P(ByteLevelBpe, GgufVocab,
                          ::testing::Values("gpt-2", "llama-bpe", "qwen2"));
 INSTANTIATE_TEST_SUITE_P(SentencePieceBpe, GgufVocab, ::testing::Values("llama-spm"));
+
+/// A vocabulary-only byte-level GGUF whose tokenizer.ggml.pre is `pre`.
+std::string writeVocabGguf(test::TempDir &dir, const std::string &pre) {
+  test::GgufBuilder b;
+  b.addString("general.architecture", "llama");
+  b.addString("tokenizer.ggml.model", "gpt2");
+  b.addString("tokenizer.ggml.pre", pre);
+  b.addStringArray("tokenizer.ggml.tokens", {"a", "b", "ab", "\xC4\xA0"}); // "Ġ" is the space
+  b.addStringArray("tokenizer.ggml.merges", {"a b"});
+  return dir.write("vocab-" + pre + ".gguf", b.build());
+}
+
+// tokenizer.ggml.pre picks a row of the runtime's table, by any name llama.cpp writes.
+TEST(GgufPreTokenizer, NamesFromTheTableLoad) {
+  test::TempDir dir;
+  for (const char *pre : {"deepseek-v3", "falcon", "command-r", "tekken", "gpt-4o", "bloom",
+                          "smaug-bpe", "superbpe"}) {
+    auto file = GgufFile::open(writeVocabGguf(dir, pre));
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    auto data = readGgufTokenizer(**file);
+    ASSERT_TRUE(data.ok()) << pre << ": " << data.status().to_string();
+    ASSERT_TRUE(data->has_value());
+    EXPECT_EQ((*data)->pre, pre);
+    auto t = llmrt::Tokenizer::create(**data);
+    ASSERT_TRUE(t.ok()) << pre << ": " << t.status().to_string();
+    auto ids = (*t)->encode("ab a", /*add_special=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+    EXPECT_EQ(idsToString(*ids), " 2 3 0") << pre;
+  }
+}
+
+TEST(GgufPreTokenizer, UnknownNameIsAnErrorNamingItAndTheFile) {
+  test::TempDir dir;
+  std::string path = writeVocabGguf(dir, "mystery-bpe");
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto data = readGgufTokenizer(**file);
+  ASSERT_FALSE(data.ok());
+  const std::string m = data.status().message();
+  EXPECT_NE(m.find("'mystery-bpe'"), std::string::npos) << m;
+  EXPECT_NE(m.find("vocab-mystery-bpe.gguf"), std::string::npos) << m;
+  EXPECT_NE(m.find("llama3"), std::string::npos) << m; // lists the supported names
+}
 
 } // namespace
 } // namespace llmc

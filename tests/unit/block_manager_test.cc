@@ -133,3 +133,111 @@ TEST(BlockManager, TruncateRollsBack) {
 
 }  // namespace
 }  // namespace llmrt
+
+namespace llmrt {
+namespace {
+
+std::vector<int32_t> iota_tokens(int n, int from = 0) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[i] = from + i;
+  return t;
+}
+
+TEST(BlockManagerPrefixCache, ComputedFullBlocksAreReusedByTheSamePrefixOnly) {
+  BlockManager bm(8, 4, /*enable_prefix_caching=*/true);
+  const std::vector<int32_t> prompt = iota_tokens(10);
+  ASSERT_EQ(*bm.add_sequence_with_prefix(1, prompt), 0);
+  ASSERT_TRUE(bm.append_tokens(1, prompt, nullptr, nullptr).ok());
+  // Nothing is registered before the KV is computed.
+  EXPECT_EQ(bm.cached_prefix_tokens(prompt), 0);
+  ASSERT_TRUE(bm.mark_computed(1, 10).ok());
+  EXPECT_EQ(bm.cached_prefix_tokens(prompt), 8);  // two full blocks; the partial one is not
+  const std::vector<int32_t> table1(bm.block_table(1)->begin(), bm.block_table(1)->end());
+
+  ASSERT_EQ(*bm.add_sequence_with_prefix(2, prompt), 8);
+  EXPECT_EQ(*bm.num_tokens(2), 8);
+  EXPECT_EQ((*bm.block_table(2))[0], table1[0]);
+  EXPECT_EQ((*bm.block_table(2))[1], table1[1]);
+  EXPECT_EQ(bm.ref_count(table1[0]), 2);
+  // At least one prompt token is always left to compute: an 8-token prompt reuses one block.
+  EXPECT_EQ(bm.cached_prefix_tokens(iota_tokens(8)), 4);
+  EXPECT_EQ(bm.cached_prefix_tokens(iota_tokens(9)), 8);
+  // A different first block breaks the chain even if the second block's tokens match.
+  std::vector<int32_t> other = prompt;
+  other[0] = 99;
+  EXPECT_EQ(bm.cached_prefix_tokens(other), 0);
+}
+
+TEST(BlockManagerPrefixCache, FreedCachedBlocksStayUntilEvictedInLruOrder) {
+  BlockManager bm(4, 2, true);
+  const std::vector<int32_t> a = iota_tokens(5, 0), b = iota_tokens(5, 100);
+  for (auto [id, toks] : {std::pair{1, a}, std::pair{2, b}}) {
+    ASSERT_TRUE(bm.add_sequence(id).ok());
+    ASSERT_TRUE(bm.append_tokens(id, std::span(toks).first(4), nullptr, nullptr).ok());
+    ASSERT_TRUE(bm.mark_computed(id, 4).ok());
+  }
+  EXPECT_EQ(bm.num_free_blocks(), 0);
+  ASSERT_TRUE(bm.free_sequence(1).ok());  // a's blocks released first: LRU front
+  ASSERT_TRUE(bm.free_sequence(2).ok());
+  EXPECT_EQ(bm.num_free_blocks(), 4);
+  EXPECT_EQ(bm.num_cached_free_blocks(), 4);
+  EXPECT_EQ(bm.num_used_blocks(), 0);
+  EXPECT_EQ(bm.cached_prefix_tokens(a), 4);
+  EXPECT_EQ(bm.cached_prefix_tokens(b), 4);
+  // A new sequence needing two fresh blocks evicts a's two (the least recently released).
+  ASSERT_TRUE(bm.add_sequence(3).ok());
+  ASSERT_TRUE(bm.append_tokens(3, iota_tokens(4, 500), nullptr, nullptr).ok());
+  EXPECT_EQ(bm.cached_prefix_tokens(a), 0);
+  EXPECT_EQ(bm.cached_prefix_tokens(b), 4);
+  // Reusing b's cached blocks takes them out of the evictable set.
+  ASSERT_EQ(*bm.add_sequence_with_prefix(4, b), 4);
+  EXPECT_EQ(bm.num_free_blocks(), 0);
+  EXPECT_EQ(bm.num_used_blocks(), 4);
+}
+
+TEST(BlockManagerPrefixCache, TruncateWithdrawsRolledBackBlocks) {
+  BlockManager bm(8, 4, true);
+  const std::vector<int32_t> t = iota_tokens(13);
+  ASSERT_TRUE(bm.add_sequence(1).ok());
+  ASSERT_TRUE(bm.append_tokens(1, t, nullptr, nullptr).ok());
+  ASSERT_TRUE(bm.mark_computed(1, 13).ok());
+  EXPECT_EQ(bm.cached_prefix_tokens(t), 12);
+  // Back to 6 tokens: block 0 intact, block 1 partly rolled back, block 2 dropped.
+  ASSERT_TRUE(bm.truncate(1, 6).ok());
+  EXPECT_EQ(bm.cached_prefix_tokens(t), 4);
+  // Regrowing with other tokens registers the new contents, never the old hash.
+  std::vector<int32_t> regrow = {50, 51, 52, 53, 54, 55, 56};
+  ASSERT_TRUE(bm.append_tokens(1, regrow, nullptr, nullptr).ok());
+  ASSERT_TRUE(bm.mark_computed(1, 13).ok());
+  std::vector<int32_t> now(t.begin(), t.begin() + 6);
+  now.insert(now.end(), regrow.begin(), regrow.end());
+  EXPECT_EQ(bm.cached_prefix_tokens(now), 12);
+  EXPECT_EQ(bm.cached_prefix_tokens(t), 4);
+  ASSERT_TRUE(bm.free_sequence(1).ok());
+  EXPECT_EQ(bm.num_used_blocks(), 0);
+}
+
+TEST(BlockManagerPrefixCache, ForkedSequencesShareAndCopyOnWrite) {
+  BlockManager bm(8, 4, true);
+  const std::vector<int32_t> t = iota_tokens(6);
+  ASSERT_TRUE(bm.add_sequence(1).ok());
+  ASSERT_TRUE(bm.append_tokens(1, t, nullptr, nullptr).ok());
+  ASSERT_TRUE(bm.mark_computed(1, 6).ok());
+  ASSERT_TRUE(bm.fork(1, 2).ok());
+  std::vector<BlockCopy> copies;
+  std::vector<int64_t> slots;
+  const int32_t shared_last = (*bm.block_table(1))[1];
+  ASSERT_TRUE(bm.append_tokens(2, std::vector<int32_t>{7}, &slots, &copies).ok());
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, shared_last);
+  EXPECT_NE((*bm.block_table(2))[1], shared_last);
+  EXPECT_EQ((*bm.block_table(2))[0], (*bm.block_table(1))[0]);
+  ASSERT_TRUE(bm.mark_computed(2, 7).ok());
+  ASSERT_TRUE(bm.free_sequence(1).ok());
+  ASSERT_TRUE(bm.free_sequence(2).ok());
+  EXPECT_EQ(bm.num_used_blocks(), 0);
+  EXPECT_EQ(bm.num_cached_free_blocks(), 1);  // the one full block
+}
+
+}  // namespace
+}  // namespace llmrt

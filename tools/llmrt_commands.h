@@ -1,0 +1,19 @@
+// Subcommands of llmrt that live in their own files (tools/llmrt_serve.cc, tools/bench_serve.cc).
+// Each adds its CLI11 subcommand to `app` and returns the function main() calls when that
+// subcommand was given (its result is the exit code).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace llmrt_tools {
+
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Subcommand add_serve_command(CLI::App& app);        // llmrt serve PLAN|MODEL
+Subcommand add_bench_serve_command(CLI::App& app);  // llmrt bench-serve --url URL | --plan PLAN
+
+}  // namespace llmrt_tools

@@ -1,0 +1,223 @@
+// `llmrt serve PLAN|MODEL`: the OpenAI-compatible server (runtime/serve/openai_server.h) over the
+// serving engine. SIGTERM / SIGINT drain: new requests get 503, running ones finish (up to
+// --shutdown-timeout seconds), then the process exits 0; a second SIGINT stops waiting.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <pthread.h>
+#include <string>
+#include <thread>
+
+#include "runtime/plan/plan_file.h"
+#include "runtime/plan/plan_inspect.h"
+#include "runtime/serve/engine.h"
+#include "runtime/serve/metrics.h"
+#include "runtime/serve/openai_server.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tools/llmrt_commands.h"
+
+#if __has_include("runtime/serve/model_cache.h")
+#include "runtime/serve/model_cache.h"
+#define LLMRT_HAS_MODEL_CACHE 1
+#endif
+
+namespace llmrt_tools {
+namespace {
+
+struct ServeFlags {
+  std::string path;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  int threads = 0;
+  int max_num_batched_tokens = 0;
+  int max_num_seqs = 0;
+  int max_model_len = 0;
+  std::string kv_cache_memory;
+  double memory_utilization = 0;
+  int max_queue = 0;
+  bool no_prefix_caching = false;
+  std::string max_body_bytes = "16MiB";
+  double shutdown_timeout = 30;
+  int max_connections = 256;
+  bool verify_weights = false;
+};
+
+int fail(const llmrt::Status& s) {
+  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+// The name clients send as "model": the plan's model name, else the file or folder name.
+std::string default_model_name(const llmrt::Plan& plan, const std::string& path) {
+  if (const auto* m = plan.fb().model(); m && m->name() && m->name()->size() > 0) return m->name()->str();
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "model/" → "model"
+  std::string name = p.filename().string();
+  for (const char* suffix : {".plan.fb", ".fb", ".gguf"}) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+      name.resize(name.size() - s.size());
+      break;
+    }
+  }
+  return name.empty() ? "model" : name;
+}
+
+int run_serve(const ServeFlags& f) {
+  if (f.port < 0 || f.port > 65535) return fail(llmrt::invalid_argument("--port must be in 0..65535"));
+  if (f.memory_utilization < 0 || f.memory_utilization > 1)
+    return fail(llmrt::invalid_argument("--memory-utilization must be in (0, 1]"));
+  if (f.shutdown_timeout < 0) return fail(llmrt::invalid_argument("--shutdown-timeout must be >= 0"));
+  std::optional<uint64_t> body_limit = llmrt::parse_bytes(f.max_body_bytes);
+  if (!body_limit || *body_limit == 0)
+    return fail(llmrt::invalid_argument("--max-body-bytes: cannot parse '" + f.max_body_bytes + "'"));
+  uint64_t kv_bytes = 0;
+  if (!f.kv_cache_memory.empty()) {
+    auto b = llmrt::parse_bytes(f.kv_cache_memory);
+    if (!b || *b == 0) return fail(llmrt::invalid_argument("--kv-cache-memory: cannot parse '" + f.kv_cache_memory + "'"));
+    kv_bytes = *b;
+  }
+
+  std::string plan_path = f.path;
+#ifdef LLMRT_HAS_MODEL_CACHE
+  auto resolved = llmrt::resolve_plan_path(f.path, llmrt::ModelCacheOptions{});
+  if (!resolved.ok()) return fail(resolved.status());
+  plan_path = *resolved;
+#endif
+  auto plan_or = llmrt::Plan::open(plan_path);
+  if (!plan_or.ok()) return fail(plan_or.status());
+  const llmrt::Plan& plan = **plan_or;
+  if (f.verify_weights)
+    if (auto s = plan.verify_weights_hash(); !s.ok()) return fail(s);
+  if (!plan.fb().tokenizer())
+    return fail(llmrt::failed_precondition("the plan has no tokenizer; the server needs one (compile the model with its tokenizer)"));
+  auto tok = llmrt::Tokenizer::from_plan(*plan.fb().tokenizer());
+  if (!tok.ok()) return fail(tok.status());
+  const std::string model_name = f.served_model_name.empty() ? default_model_name(plan, f.path) : f.served_model_name;
+
+  // Signals are taken by a dedicated thread (sigwait): block them before any thread starts so
+  // every thread (engine, HTTP workers) inherits the mask. A write to a closed socket must fail
+  // with EPIPE, not kill the process.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  llmrt::Metrics metrics(model_name);
+  llmrt::EngineOptions eo;
+  eo.threads = f.threads;
+  eo.max_num_batched_tokens = f.max_num_batched_tokens;
+  eo.max_num_seqs = f.max_num_seqs;
+  eo.max_model_len = f.max_model_len;
+  eo.kv_cache_bytes = kv_bytes;
+  eo.memory_utilization = f.memory_utilization;
+  eo.enable_prefix_caching = !f.no_prefix_caching;
+  eo.max_queue = f.max_queue;
+  auto engine_or = llmrt::Engine::create(plan, eo, &metrics);
+  if (!engine_or.ok()) return fail(engine_or.status());
+  std::unique_ptr<llmrt::Engine> engine = std::move(engine_or.value());
+  const llmrt::EngineConfig& c = engine->config();
+  std::fprintf(stderr,
+               "llmrt: model %s: weights %s, workspace %s, KV cache %s (%d blocks of %d tokens)\n"
+               "llmrt: max_model_len %d, max concurrency at max_model_len %lld, "
+               "%d threads, %d tokens and %d sequences per step, prefix caching %s\n",
+               model_name.c_str(), mib(c.weight_bytes).c_str(), mib(c.workspace_bytes).c_str(),
+               mib(c.kv_cache_bytes).c_str(), c.num_kv_blocks, c.block_size, c.max_model_len,
+               static_cast<long long>(c.max_concurrency_at_max_len), c.threads, c.max_num_batched_tokens,
+               c.max_num_seqs, f.no_prefix_caching ? "off" : "on");
+
+  llmrt::OpenAIServerOptions so;
+  so.host = f.host;
+  so.port = f.port;
+  so.api_key = f.api_key;
+  if (so.api_key.empty())
+    if (const char* env = std::getenv("LLMRT_API_KEY")) so.api_key = env;
+  so.model_name = model_name;
+  so.max_body_bytes = static_cast<size_t>(*body_limit);
+  so.max_connections = f.max_connections;
+  auto server_or = llmrt::OpenAIServer::create(plan, **tok, *engine, &metrics, so);
+  if (!server_or.ok()) return fail(server_or.status());
+  std::unique_ptr<llmrt::OpenAIServer> server = std::move(server_or.value());
+  if (auto s = server->bind(); !s.ok()) return fail(s);
+
+  std::atomic<bool> done{false};
+  std::thread shutdown_thread;
+  std::thread signal_thread([&] {
+    int received = 0;
+    while (!done) {
+      timespec wait{0, 200 * 1000 * 1000};
+      int sig = sigtimedwait(&sigs, nullptr, &wait);
+      if (sig < 0) continue;
+      if (++received == 1) {
+        std::fprintf(stderr, "llmrt: %s: draining (up to %.0f s for running requests)\n",
+                     sig == SIGTERM ? "SIGTERM" : "SIGINT", f.shutdown_timeout);
+        shutdown_thread = std::thread([&] {
+          server->shutdown(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
+        });
+      } else {
+        std::fprintf(stderr, "llmrt: second signal: stopping now\n");
+        server->hurry();
+      }
+    }
+  });
+
+  std::fprintf(stderr, "llmrt: listening on http://%s:%d\n", server->host().c_str(), server->port());
+  std::fflush(stderr);
+  llmrt::Status served = server->serve();
+  done = true;
+  signal_thread.join();
+  if (shutdown_thread.joinable()) shutdown_thread.join();
+  server.reset();
+  engine->shutdown();
+  if (!served.ok()) return fail(served);
+  std::fprintf(stderr, "llmrt: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Subcommand add_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  Subcommand s;
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
+  s.app = cmd;
+  ServeFlags& f = *flags;
+  cmd->add_option("path", f.path, "plan file, Hugging Face model folder or .gguf (compiled once into the cache)")->required();
+  cmd->add_option("--host", f.host, "address to bind")->capture_default_str();
+  cmd->add_option("--port", f.port, "port (0: a free one)")->capture_default_str();
+  cmd->add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LLMRT_API_KEY)");
+  cmd->add_option("--served-model-name", f.served_model_name, "model id clients send (default: the plan's model name)");
+  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "token budget per step")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-seqs", f.max_num_seqs, "sequences per step")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-model-len", f.max_model_len, "context length cap (tokens)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-cache-memory", f.kv_cache_memory, "KV cache size, e.g. 2GiB");
+  cmd->add_option("--memory-utilization", f.memory_utilization, "fraction of memory for weights + workspace + KV");
+  cmd->add_option("--max-queue", f.max_queue, "waiting requests allowed before 429 (0: no limit)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "disable automatic prefix caching");
+  cmd->add_option("--max-body-bytes", f.max_body_bytes, "largest request body (larger: 413)")->capture_default_str();
+  cmd->add_option("--shutdown-timeout", f.shutdown_timeout, "seconds running requests may take to finish on SIGTERM")->capture_default_str();
+  cmd->add_option("--max-connections", f.max_connections, "HTTP worker threads (concurrent requests)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_flag("--verify-weights", f.verify_weights, "check the weight section's hash before serving");
+  // As with vLLM's argparse flags, a repeated option takes its last value (scripts append overrides).
+  for (CLI::Option* o : cmd->get_options())
+    if (o->get_name() != "--help" && o->get_name() != "path") o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  s.run = [flags] { return run_serve(*flags); };
+  return s;
+}
+
+}  // namespace llmrt_tools
