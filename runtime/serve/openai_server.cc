@@ -288,6 +288,7 @@ struct Choice {
   int completion_tokens = 0;
   bool done = false;
   std::string finish_reason;
+  std::string stop_reason;  // the stop string that ended the choice (vLLM's stop_reason)
   int64_t text_offset = 0;  // legacy logprobs: characters before the next token
   json logprobs;         // chat, non-streaming: {content: [...]}
   std::vector<TokenLogprob> token_logprobs;  // completions, non-streaming
@@ -368,7 +369,8 @@ class Generation {
     std::string finish_reason;           // set on the choice's last piece
   };
 
-  Generation(OpenAIServer::Impl& server, Job& job) : s_(server), job_(job) {}
+  Generation(OpenAIServer::Impl& server, std::shared_ptr<Job> job)
+      : s_(server), job_holder_(std::move(job)), job_(*job_holder_) {}
   ~Generation() { cancel(); }
 
   std::optional<ApiError> submit() {
@@ -606,6 +608,7 @@ class Generation {
       }
     }
     if (best != std::string::npos) {
+      c.stop_reason = c.held.substr(best, best_len);
       out->append(c.held, 0, best + (job_.include_stop ? best_len : 0));
       c.held.clear();
       return true;
@@ -623,6 +626,7 @@ class Generation {
   }
 
   OpenAIServer::Impl& s_;
+  std::shared_ptr<Job> job_holder_;
   Job& job_;
   std::vector<PromptState> prompts_;
   std::vector<Choice> choices_;
@@ -925,7 +929,7 @@ void OpenAIServer::Impl::handle_completion(const httplib::Request& req, httplib:
   auto job = std::make_shared<Job>();
   if (auto e = parse_job(body, chat, job.get())) return send_error(res, *e);
 
-  auto gen = std::make_shared<Generation>(*this, *job);
+  auto gen = std::make_shared<Generation>(*this, job);
   if (auto e = gen->submit()) return send_error(res, *e);
 
   const std::string object = chat ? "chat.completion" : "text_completion";
@@ -975,7 +979,7 @@ void OpenAIServer::Impl::handle_completion(const httplib::Request& req, httplib:
         }
       }
       ch["finish_reason"] = c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
-      ch["stop_reason"] = nullptr;
+      ch["stop_reason"] = c.stop_reason.empty() ? json(nullptr) : json(c.stop_reason);
       choices.push_back(std::move(ch));
     }
     out["choices"] = std::move(choices);
@@ -1049,7 +1053,8 @@ void OpenAIServer::Impl::handle_completion(const httplib::Request& req, httplib:
                                        : json(nullptr);
                 }
                 ch["finish_reason"] = piece.finish_reason.empty() ? json(nullptr) : json(piece.finish_reason);
-                if (!piece.finish_reason.empty()) ch["stop_reason"] = nullptr;
+                if (!piece.finish_reason.empty())
+                  ch["stop_reason"] = c.stop_reason.empty() ? json(nullptr) : json(c.stop_reason);
                 alive = send_chunk(json::array({ch}));
               });
           if (failure) break;

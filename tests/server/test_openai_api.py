@@ -224,6 +224,7 @@ def test_stop_string(client):
     assert c.text == expected
     assert stop not in c.text
     assert c.finish_reason == "stop"
+    assert c.model_extra.get("stop_reason") == stop  # vLLM reports which stop string matched
     assert r.usage.completion_tokens < 24
 
 
