@@ -58,9 +58,9 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
-// The name clients send as "model": the plan's model name, else the file or folder name.
-std::string default_model_name(const llmrt::Plan& plan, const std::string& path) {
-  if (const auto* m = plan.fb().model(); m && m->name() && m->name()->size() > 0) return m->name()->str();
+// The name clients send as "model": the file or folder name given, without its extension (as
+// vLLM uses the path it was given); the plan's model name is free text with spaces.
+std::string default_model_name(const std::string& path) {
   std::filesystem::path p(path);
   if (!p.has_filename()) p = p.parent_path();  // "model/" → "model"
   std::string name = p.filename().string();
@@ -104,7 +104,7 @@ int run_serve(const ServeFlags& f) {
     return fail(llmrt::failed_precondition("the plan has no tokenizer; the server needs one (compile the model with its tokenizer)"));
   auto tok = llmrt::Tokenizer::from_plan(*plan.fb().tokenizer());
   if (!tok.ok()) return fail(tok.status());
-  const std::string model_name = f.served_model_name.empty() ? default_model_name(plan, f.path) : f.served_model_name;
+  const std::string model_name = f.served_model_name.empty() ? default_model_name(f.path) : f.served_model_name;
 
   // Signals are taken by a dedicated thread (sigwait): block them before any thread starts so
   // every thread (engine, HTTP workers) inherits the mask. A write to a closed socket must fail
@@ -199,7 +199,7 @@ Subcommand add_serve_command(CLI::App& app) {
   cmd->add_option("--host", f.host, "address to bind")->capture_default_str();
   cmd->add_option("--port", f.port, "port (0: a free one)")->capture_default_str();
   cmd->add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LLMRT_API_KEY)");
-  cmd->add_option("--served-model-name", f.served_model_name, "model id clients send (default: the plan's model name)");
+  cmd->add_option("--served-model-name", f.served_model_name, "model id clients send (default: the file or folder name without extension)");
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "token budget per step")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-num-seqs", f.max_num_seqs, "sequences per step")->check(CLI::NonNegativeNumber);

@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv python3-pip unzip
+PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv python3-pip unzip
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools clang-19 libclang-rt-19-dev
   flatbuffers-compiler libflatbuffers-dev flatbuffers-compiler-dev
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
