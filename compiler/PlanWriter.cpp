@@ -17,8 +17,6 @@ namespace fb = llmrt::fb;
 namespace llmc {
 namespace {
 
-constexpr const char *kVersion = "llmc 0.1.0";
-
 /// A tensor of the plan: a checkpoint tensor or a concatenation of several.
 struct PlanTensor {
   std::string name;
@@ -362,7 +360,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
     eos.push_back(model.tokenizer->eos_id);
   auto gen = fb::CreateGenerationDefaultsDirect(fbb, &eos, g.temperature, g.topP, g.topK, g.minP,
                                                 g.repetitionPenalty, g.maxNewTokens);
-  auto compile = fb::CreateCompileInfo(fbb, fbb.CreateString(kVersion),
+  auto compile = fb::CreateCompileInfo(fbb, fbb.CreateString(kCompilerVersion),
                                        fbb.CreateVectorOfStrings(opts.commandLine),
                                        fbb.CreateVectorOfStrings(opts.passes),
                                        fbb.CreateVectorOfStrings(opts.targets));

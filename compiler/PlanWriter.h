@@ -9,6 +9,9 @@
 
 namespace llmc {
 
+/// Written into every plan's CompileInfo and printed by `llmc --version`.
+inline constexpr const char *kCompilerVersion = "llmc 0.1.0";
+
 struct PlanWriterOptions {
   std::vector<std::string> commandLine; ///< recorded in the plan
   std::vector<std::string> passes;      ///< passes that ran, in order

@@ -9,6 +9,7 @@
 #include "codegen/KernelEmitter.h"
 #include "codegen/NvrtcCompiler.h"
 #include "compiler/Driver.h"
+#include "compiler/PlanWriter.h"
 #include "compiler/tokenizer/TokenizeCommand.h"
 #include "compiler/tokenizer/TokenizerSource.h"
 #include "runtime/chat/chat_template.h"
@@ -115,6 +116,7 @@ int renderChatTemplate(const std::string &tokenizerPath, const std::string &mess
 
 int main(int argc, char **argv) {
   CLI::App app{"llmc: compiles a Hugging Face checkpoint or a GGUF file into a plan for llmrt"};
+  app.set_version_flag("--version", std::string(llmc::kCompilerVersion));
   app.require_subcommand(1);
 
   llmc::CompileOptions copts;
