@@ -6,6 +6,7 @@
 
 #include "runtime/base/npy.h"
 #include "runtime/chat/chat_template.h"
+#include "runtime/engine/profiler.h"
 #include "runtime/generate/generator.h"
 #include "runtime/plan/plan_file.h"
 #include "runtime/plan/plan_inspect.h"
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
   std::string system_prompt;
   run->add_flag("--chat", chat, "wrap --prompt as a user message in the plan's chat template");
   run->add_option("--system", system_prompt, "system message for --chat");
+  bool profile = false;
+  std::string trace_path;
+  run->add_flag("--profile", profile, "print a per-op and per-kernel time table to stderr at the end");
+  run->add_option("--trace", trace_path, "write a Chrome trace event file (Perfetto, chrome://tracing)");
 
   std::string inspect_path, memory;
   bool inspect_json = false;
@@ -83,11 +88,13 @@ int main(int argc, char** argv) {
 
   llmrt_tools::Subcommand serve = llmrt_tools::add_serve_command(app);
   llmrt_tools::Subcommand bench_serve = llmrt_tools::add_bench_serve_command(app);
+  llmrt_tools::Subcommand bench = llmrt_tools::add_bench_command(app);
 
   CLI11_PARSE(app, argc, argv);
 
   if (serve.app->parsed()) return serve.run();
   if (bench_serve.app->parsed()) return bench_serve.run();
+  if (bench.app->parsed()) return bench.run();
 
   if (*inspect) {
     std::optional<uint64_t> budget;
@@ -178,6 +185,11 @@ int main(int argc, char** argv) {
   auto gen_or = llmrt::Generator::create(plan, gopts);
   if (!gen_or.ok()) return fail(gen_or.status());
   llmrt::Generator& gen = *gen_or.value();
+  std::unique_ptr<llmrt::Profiler> profiler;
+  if (profile || !trace_path.empty()) {
+    profiler = std::make_unique<llmrt::Profiler>(llmrt::ProfilerOptions{.keep_events = !trace_path.empty()});
+    gen.executor().set_profiler(profiler.get());
+  }
 
   const bool stream = !json && requests.size() == 1 && tokenizer;
   std::unique_ptr<llmrt::StreamingDecoder> decoder;
@@ -214,6 +226,15 @@ int main(int argc, char** argv) {
                                       {int64_t(requests[0].prompt.size()), vocab});
         !s.ok())
       return fail(s);
+  }
+  if (profiler) {
+    if (profile) std::fputs(profiler->format_table().c_str(), stderr);
+    if (!trace_path.empty()) {
+      if (auto s = profiler->write_trace(trace_path); !s.ok()) return fail(s);
+      if (profiler->dropped_forwards() > 0)
+        std::fprintf(stderr, "llmrt: warning: the trace holds the first %zu events; %lld forward() calls were left out\n",
+                     profiler->num_events(), static_cast<long long>(profiler->dropped_forwards()));
+    }
   }
   if (json) {
     nlohmann::json j;

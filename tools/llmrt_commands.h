@@ -15,5 +15,6 @@ struct Subcommand {
 
 Subcommand add_serve_command(CLI::App& app);        // llmrt serve PLAN|MODEL
 Subcommand add_bench_serve_command(CLI::App& app);  // llmrt bench-serve --url URL | --plan PLAN
+Subcommand add_bench_command(CLI::App& app);        // llmrt bench PLAN (tools/llmrt_bench.cc)
 
 }  // namespace llmrt_tools

@@ -11,6 +11,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/engine/profiler.h"
 
 namespace llmrt {
 
@@ -681,7 +682,46 @@ Status CpuExecutor::validate_batch(const BatchInput& b, const float* logits) {
   return ok_status();
 }
 
+void CpuExecutor::set_profiler(Profiler* profiler) {
+  profiler_ = profiler;
+  if (!profiler) return;
+  std::vector<Profiler::StepInfo> info(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    std::string detail;  // tells the kernels of one op kind apart (q/k/v vs o_proj, ...)
+    switch (st.op) {
+      case fb::OpKind::Linear:
+      case fb::OpKind::Logits:
+        detail = str(st.k) + "->" + str(st.n) + (st.bias ? " +bias" : "");
+        break;
+      case fb::OpKind::Split:
+        detail = str(st.k) + "->";
+        for (size_t j = 0; j < st.sizes.size(); ++j) {
+          if (j) detail += '+';
+          detail += str(st.sizes[j]);
+        }
+        break;
+      case fb::OpKind::SiluMul:
+        detail = st.in.size() == 1 ? "fused gate_up " + str(st.n) : str(st.n);
+        break;
+      case fb::OpKind::RmsNorm:
+        detail = str(st.k) + (st.n != st.k ? " in groups of " + str(st.n) : "");
+        break;
+      case fb::OpKind::AddRmsNorm:
+      case fb::OpKind::Add:
+        detail = str(st.k);
+        break;
+      default:
+        break;
+    }
+    info[i] = {op_name(st.op), st.where, std::move(detail)};
+  }
+  profiler->set_program(std::move(info));
+}
+
 Status CpuExecutor::forward(const BatchInput& b, float* logits) {
+  Profiler* const prof = profiler_;
+  const int64_t forward_begin = prof ? prof->begin_forward() : 0;
   RETURN_IF_ERROR(validate_batch(b, logits));
   ThreadPool& pool = *pool_;
   const int64_t T = static_cast<int64_t>(b.tokens.size());
@@ -700,6 +740,7 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
   };
   auto P = [&](int id) { return value_ptr(id, logits); };
   for (const Step& st : steps_) {
+    const int64_t step_begin = prof ? Profiler::now_ns() : 0;
     switch (st.op) {
       case fb::OpKind::Embedding:
         cpu::embedding(b.tokens.data(), T, st.w, st.n, P(st.out[0]), pool);
@@ -760,7 +801,13 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
       default:
         return internal_error(st.where + ": undecoded op");
     }
+    if (prof)
+      prof->record_step(static_cast<int>(&st - steps_.data()), static_cast<int32_t>(T), step_begin,
+                        Profiler::now_ns());
   }
+  if (prof)
+    prof->end_forward(static_cast<int32_t>(T), static_cast<int32_t>(b.context_lens.size()),
+                      forward_begin, Profiler::now_ns());
   return ok_status();
 }
 

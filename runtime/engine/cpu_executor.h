@@ -15,6 +15,7 @@
 
 namespace llmrt {
 
+class Profiler;
 class ThreadPool;
 
 /// munmap()s the executor's KV cache mapping.
@@ -58,6 +59,9 @@ class CpuExecutor {
   /// positions must be context_len - n .. context_len - 1 (n = its rows in this step) and every
   /// row's kv slot must be the block-table slot of its position.
   Status forward(const BatchInput& batch, float* logits);
+  /// Attaches a profiler (nullptr detaches): forward() then times every step into it
+  /// (runtime/engine/profiler.h). Without one, forward() does no profiling work.
+  void set_profiler(Profiler* profiler);
   /// Copies physical KV block src to dst in every layer (copy-on-write after BlockManager::fork).
   Status copy_kv_block(int32_t src, int32_t dst);
 
@@ -91,6 +95,7 @@ class CpuExecutor {
   int num_kv_blocks_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_model_len_ = 0;
 
   std::unique_ptr<ThreadPool> pool_;
+  Profiler* profiler_ = nullptr;
   struct FreeDeleter {
     void operator()(void* p) const;
   };

@@ -152,7 +152,7 @@ struct Engine::Impl {
   void fail_group(Group* g, const Status& status);
   void finish_seq(Group* g, Seq& s, const std::string& reason);
   void release_seq(Seq& s);
-  void emit(Group* g, bool include_first);
+  void emit(Group* g, bool include_prompt);
   void retire(Group* g);
   Status sample_for(Group* g, size_t si, const float* row);
   void add_token(Group* g, size_t si, const SampleResult& r, const float* row);
@@ -549,7 +549,9 @@ int32_t Engine::Impl::schedule_seq(Group* g, size_t si, int32_t want, bool allow
         victim = *it;
         break;
       }
-    if (!victim) return 0;
+    // Never a request that ranks before g; a waiting request being admitted only takes blocks
+    // from strictly lower priorities.
+    if (!victim || !before(g, victim) || (!g->running && victim->req.priority <= g->req.priority)) return 0;
     preempt(victim);
     *preempted_any = true;
   }
@@ -658,11 +660,13 @@ void Engine::Impl::step() {
     Group* g = waiting.front();
     int unfinished = 0;
     for (const Seq& s : g->seqs) unfinished += !s.finished();
-    if (unfinished > seq_slots) break;
+    // All its sequences in this step, or (n above the cap) a step of its own.
+    if (std::min(unfinished, cfg.max_num_seqs) > seq_slots) break;
     register_seqs(g);
     size_t first = 0;
     while (g->seqs[first].finished()) ++first;
-    const int32_t count = schedule_seq(g, first, g->seqs[first].pending(), false, &preempted_any);
+    // Admission may preempt running requests of lower priority only (priority scheduling).
+    const int32_t count = schedule_seq(g, first, g->seqs[first].pending(), true, &preempted_any);
     if (count == 0) {
       for (Seq& s : g->seqs) release_seq(s);
       break;
@@ -729,8 +733,7 @@ void Engine::Impl::step() {
   for (const Item& it : items) {
     Group* g = it.group;
     if (g->done) continue;
-    if (touched.empty() || touched.back() != g)
-      if (std::find(touched.begin(), touched.end(), g) == touched.end()) touched.push_back(g);
+    if (std::find(touched.begin(), touched.end(), g) == touched.end()) touched.push_back(g);
     Seq& s = g->seqs[it.seq];
     s.num_computed += it.count;
     (void)blocks->mark_computed(s.id, s.num_computed);

@@ -93,7 +93,9 @@ class Fields {
       return std::nullopt;
     }
     double d = v->get<double>();
-    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+    // Each number ends up a float: one that rounds to an open bound (top_p 1e-50 → 0) is out too.
+    if (!std::isfinite(d) || d < lo || d > hi ||
+        (lo_open && (d == lo || static_cast<float>(d) == static_cast<float>(lo)))) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "'%s' must be in %s%g, %g], got %g", name, lo_open ? "(" : "[", lo, hi, d);
       fail(name, buf);

@@ -15,6 +15,7 @@
 // wrong types, out-of-range values, prompts longer than max_model_len and chat-template errors;
 // 401 missing or wrong bearer key (/v1/* only, constant-time compare); 404 unknown model or path;
 // 413 body over max_body_bytes; 429 waiting queue full; 503 starting or draining.
+// Request bodies are checked by RequestParser (openai_request.h), which needs no engine.
 //
 // A streaming client that goes away has its request cancelled (its KV blocks freed) at the next
 // chunk written; while a request waits in the queue a keep-alive SSE comment is written every

@@ -301,6 +301,87 @@ TEST(Engine, NChoicesShareThePromptAndDiffer) {
   EXPECT_EQ(again.tokens, res.tokens);
 }
 
+TEST(Engine, MoreChoicesThanSequencesPerStepEqualRunAlone) {
+  Tiny t = tiny(/*max_model_len=*/256);
+  std::mt19937 rng(23);
+  EngineRequest r;
+  r.prompt = random_prompt(rng, 6, t.spec.config.vocab);
+  r.max_tokens = 100;
+  r.n = 6;
+  r.ignore_eos = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 5;
+  r.has_seed = true;
+  EngineOptions big;
+  big.kv_cache_bytes = 1ull << 26;
+  const Result want = run_alone(*t.plan, {r}, big)[0];
+  EngineOptions o;
+  o.max_num_seqs = 4;  // fewer than the 6 choices
+  const uint64_t block_bytes = 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  // The n=6 request alone needs up to 157 blocks; with the other one growing beside it, more.
+  o.kv_cache_bytes = block_bytes * 170;
+  o.enable_prefix_caching = false;
+  auto e = engine(*t.plan, o);
+  EngineRequest other;
+  other.prompt = random_prompt(rng, 40, t.spec.config.vocab);
+  other.max_tokens = 200;
+  other.ignore_eos = true;
+  other.priority = -1;  // scheduled first: the n=6 request is the one preempted
+  auto h1 = *e->submit(r);
+  auto h2 = *e->submit(other);
+  expect_same(collect(*h1), want, "n=6 with max_num_seqs 4");
+  EXPECT_TRUE(collect(*h2).error.ok());
+  ASSERT_TRUE(e->wait_idle(milliseconds(10000)));
+  EXPECT_EQ(e->stats().num_used_blocks, 0);
+}
+
+TEST(Engine, HigherPriorityArrivalPreemptsLowerPriorityWork) {
+  Tiny t = tiny(/*max_model_len=*/256);
+  std::mt19937 rng(29);
+  EngineRequest low;
+  low.prompt = random_prompt(rng, 8, t.spec.config.vocab);
+  low.max_tokens = 240;
+  low.ignore_eos = true;
+  low.sampling.temperature = 0;
+  EngineRequest high;
+  high.prompt = random_prompt(rng, 200, t.spec.config.vocab);
+  high.max_tokens = 20;
+  high.ignore_eos = true;
+  high.sampling.temperature = 0;
+  high.priority = -1;
+  EngineOptions big;
+  big.kv_cache_bytes = 1ull << 26;
+  const std::vector<Result> want = run_alone(*t.plan, {low, high}, big);
+  EngineOptions o;
+  const uint64_t block_bytes = 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  o.kv_cache_bytes = block_bytes * 64;  // one sequence of 256 tokens
+  o.enable_prefix_caching = false;
+  auto e = engine(*t.plan, o);
+  auto hl = *e->submit(low);
+  // Once the low-priority answer holds more than 14 blocks (> 56 tokens), the 200-token prompt
+  // (50 blocks) cannot be admitted without taking its blocks.
+  size_t seen = 0;
+  while (seen < 60) {
+    auto ev = hl->next(milliseconds(60000));
+    ASSERT_TRUE(ev.has_value());
+    for (const ChoiceDelta& d : ev->choices) seen += d.tokens.size();
+    ASSERT_FALSE(ev->finished);
+  }
+  auto hh = *e->submit(high);
+  Result high_res = collect(*hh);
+  Result low_rest = collect(*hl);
+  expect_same(high_res, want[1], "high priority");
+  ASSERT_TRUE(low_rest.error.ok());
+  EXPECT_EQ(low_rest.finish[0], "length");
+  EXPECT_GT(e->stats().num_preemptions, 0u);
+  // The low-priority request resumed after the high one finished (recompute), and its answer is
+  // unchanged: its last tokens equal the tail of the run alone.
+  const std::vector<int32_t>& tail = low_rest.tokens[0];
+  ASSERT_EQ(tail.size() + seen, 240u);
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), want[0].tokens.at(0).begin() + seen));
+  EXPECT_LT(high_res.token_steps.back(), low_rest.token_steps.back());
+}
+
 TEST(Engine, LogprobsMatchTheNaiveReference) {
   Tiny t = tiny();
   std::mt19937 rng(13);

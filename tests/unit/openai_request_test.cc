@@ -183,6 +183,8 @@ TEST_F(OpenAIRequestTest, EachBadFieldIs400NamingIt) {
       {C, R"({"prompt": "hi", "temperature": -0.5})", "temperature"},
       {C, R"({"prompt": "hi", "temperature": "hot"})", "temperature"},
       {C, R"({"prompt": "hi", "top_p": 0})", "top_p"},
+      {C, R"({"prompt": "hi", "top_p": 1e-50})", "top_p"},  // 0 as a float (fuzz finding)
+      {C, R"({"prompt": "hi", "repetition_penalty": 1e-60})", "repetition_penalty"},
       {C, R"({"prompt": "hi", "top_k": -2})", "top_k"},
       {C, R"({"prompt": "hi", "min_p": 1.5})", "min_p"},
       {C, R"({"prompt": "hi", "presence_penalty": 3})", "presence_penalty"},
