@@ -6,7 +6,9 @@
 // Any bytes must give either an ApiError (status 400 or 404, non-empty message) or a request the
 // engine would accept: non-empty prompts of in-vocabulary ids shorter than max_model_len,
 // max_tokens within the context, sampling parameters validate_sampling_params accepts, ranges
-// of n / logprobs the engine checks. Anything else traps. Seeds: corpus/openai_request/.
+// of n / logprobs the engine checks. Anything else traps. Seeds: corpus/openai_request/ (names
+// say what each is; 'p' + body is a completion, 'c' + body a chat request). For longer runs:
+//   openai_request_fuzz -dict=tests/fuzz/openai_request.dict -max_total_time=600 <scratch> <seeds>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -127,10 +126,7 @@ TEST(Profiler, TraceKeepsEventsUpToTheCap) {
 
 TEST(Profiler, ExecutorRecordsEveryStepOnlyWhenAttached) {
   testing::TinyPlanConfig cfg;
-  testing::TinyPlanSpec spec = testing::make_tiny_plan(cfg);
-  const std::string path = (std::filesystem::temp_directory_path() / "profiler_test.plan").string();
-  ASSERT_TRUE(testing::write_tiny_plan(spec, path).ok());
-  auto plan = Plan::open(path);
+  auto plan = testing::open_tiny_plan(testing::make_tiny_plan(cfg));
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   CpuExecutorOptions opt;
   opt.threads = 1;
@@ -168,7 +164,6 @@ TEST(Profiler, ExecutorRecordsEveryStepOnlyWhenAttached) {
   for (const auto& r : t.by_op) calls += r.calls;
   EXPECT_EQ(calls, static_cast<int64_t>(2 * steps));
   EXPECT_EQ(p.num_events(), 2 * (steps + 1));
-  std::filesystem::remove(path);
 }
 
 }  // namespace
