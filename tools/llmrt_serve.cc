@@ -117,28 +117,6 @@ int run_serve(const ServeFlags& f) {
   std::signal(SIGPIPE, SIG_IGN);
 
   llmrt::Metrics metrics(model_name);
-  llmrt::EngineOptions eo;
-  eo.threads = f.threads;
-  eo.max_num_batched_tokens = f.max_num_batched_tokens;
-  eo.max_num_seqs = f.max_num_seqs;
-  eo.max_model_len = f.max_model_len;
-  eo.kv_cache_bytes = kv_bytes;
-  eo.memory_utilization = f.memory_utilization;
-  eo.enable_prefix_caching = !f.no_prefix_caching;
-  eo.max_queue = f.max_queue;
-  auto engine_or = llmrt::Engine::create(plan, eo, &metrics);
-  if (!engine_or.ok()) return fail(engine_or.status());
-  std::unique_ptr<llmrt::Engine> engine = std::move(engine_or.value());
-  const llmrt::EngineConfig& c = engine->config();
-  std::fprintf(stderr,
-               "llmrt: model %s: weights %s, workspace %s, KV cache %s (%d blocks of %d tokens)\n"
-               "llmrt: max_model_len %d, max concurrency at max_model_len %lld, "
-               "%d threads, %d tokens and %d sequences per step, prefix caching %s\n",
-               model_name.c_str(), mib(c.weight_bytes).c_str(), mib(c.workspace_bytes).c_str(),
-               mib(c.kv_cache_bytes).c_str(), c.num_kv_blocks, c.block_size, c.max_model_len,
-               static_cast<long long>(c.max_concurrency_at_max_len), c.threads, c.max_num_batched_tokens,
-               c.max_num_seqs, f.no_prefix_caching ? "off" : "on");
-
   llmrt::OpenAIServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -148,7 +126,10 @@ int run_serve(const ServeFlags& f) {
   so.model_name = model_name;
   so.max_body_bytes = static_cast<size_t>(*body_limit);
   so.max_connections = f.max_connections;
-  auto server_or = llmrt::OpenAIServer::create(plan, **tok, *engine, &metrics, so);
+  const llmrt::fb::MemoryPlan* mp = plan.fb().memory();
+  so.max_model_len = f.max_model_len > 0 ? f.max_model_len : (mp ? mp->max_model_len() : 0);
+  // The server listens first and answers 503 ("starting") until the engine is attached.
+  auto server_or = llmrt::OpenAIServer::create(plan, **tok, nullptr, &metrics, so);
   if (!server_or.ok()) return fail(server_or.status());
   std::unique_ptr<llmrt::OpenAIServer> server = std::move(server_or.value());
   if (auto s = server->bind(); !s.ok()) return fail(s);
@@ -176,11 +157,45 @@ int run_serve(const ServeFlags& f) {
 
   std::fprintf(stderr, "llmrt: listening on http://%s:%d\n", server->host().c_str(), server->port());
   std::fflush(stderr);
-  llmrt::Status served = server->serve();
-  done = true;
-  signal_thread.join();
-  if (shutdown_thread.joinable()) shutdown_thread.join();
-  server.reset();
+  llmrt::Status served = llmrt::ok_status();
+  std::thread serve_thread([&] { served = server->serve(); });
+  auto finish = [&] {
+    serve_thread.join();
+    done = true;
+    signal_thread.join();
+    if (shutdown_thread.joinable()) shutdown_thread.join();
+    server.reset();
+  };
+
+  llmrt::EngineOptions eo;
+  eo.threads = f.threads;
+  eo.max_num_batched_tokens = f.max_num_batched_tokens;
+  eo.max_num_seqs = f.max_num_seqs;
+  eo.max_model_len = f.max_model_len;
+  eo.kv_cache_bytes = kv_bytes;
+  eo.memory_utilization = f.memory_utilization;
+  eo.enable_prefix_caching = !f.no_prefix_caching;
+  eo.max_queue = f.max_queue;
+  auto engine_or = llmrt::Engine::create(plan, eo, &metrics);
+  if (!engine_or.ok()) {
+    server->stop();
+    finish();
+    return fail(engine_or.status());
+  }
+  std::unique_ptr<llmrt::Engine> engine = std::move(engine_or.value());
+  const llmrt::EngineConfig& c = engine->config();
+  std::fprintf(stderr,
+               "llmrt: model %s: weights %s, workspace %s, KV cache %s (%d blocks of %d tokens)\n"
+               "llmrt: max_model_len %d, max concurrency at max_model_len %lld, "
+               "%d threads, %d tokens and %d sequences per step, prefix caching %s\n",
+               model_name.c_str(), mib(c.weight_bytes).c_str(), mib(c.workspace_bytes).c_str(),
+               mib(c.kv_cache_bytes).c_str(), c.num_kv_blocks, c.block_size, c.max_model_len,
+               static_cast<long long>(c.max_concurrency_at_max_len), c.threads, c.max_num_batched_tokens,
+               c.max_num_seqs, f.no_prefix_caching ? "off" : "on");
+  server->attach_engine(*engine);
+  std::fprintf(stderr, "llmrt: ready\n");
+  std::fflush(stderr);
+  finish();
   engine->shutdown();
   if (!served.ok()) return fail(served);
   std::fprintf(stderr, "llmrt: stopped\n");

@@ -162,7 +162,7 @@ struct PromptState {
 struct OpenAIServer::Impl {
   const Plan* plan = nullptr;
   const Tokenizer* tokenizer = nullptr;
-  Engine* engine = nullptr;
+  std::atomic<Engine*> engine{nullptr};  // null while starting (see attach_engine)
   Metrics* metrics = nullptr;
   OpenAIServerOptions options;
   std::unique_ptr<RequestParser> parser;  // request bodies → jobs (model, lengths, chat template)
@@ -220,7 +220,7 @@ class Generation {
     for (size_t p = 0; p < job_.prompts.size(); ++p) {
       EngineRequest r = job_.base;
       r.prompt = job_.prompts[p];
-      auto h = s_.engine->submit(std::move(r));
+      auto h = s_.engine.load()->submit(std::move(r));
       if (!h.ok()) {
         cancel();
         return from_status(h.status(), job_.chat ? "messages" : "prompt");
@@ -482,7 +482,8 @@ class Generation {
 // Handlers
 
 void OpenAIServer::Impl::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-  if (draining || !ready) return send_error(res, {503, "the server is shutting down; not accepting new requests", ""});
+  if (draining) return send_error(res, {503, "the server is shutting down; not accepting new requests", ""});
+  if (!ready) return send_error(res, {503, "the server is starting; the model is not loaded yet", ""});
   auto job = std::make_shared<Job>();
   if (auto e = parser->parse(req.body, chat ? Endpoint::kChat : Endpoint::kCompletions, job.get()))
     return send_error(res, *e);
@@ -733,21 +734,25 @@ OpenAIServer::OpenAIServer() : impl_(std::make_unique<Impl>()) {}
 OpenAIServer::~OpenAIServer() { stop(); }
 
 StatusOr<std::unique_ptr<OpenAIServer>> OpenAIServer::create(const Plan& plan, const Tokenizer& tokenizer,
-                                                             Engine& engine, Metrics* metrics,
+                                                             Engine* engine, Metrics* metrics,
                                                              OpenAIServerOptions options) {
   std::unique_ptr<OpenAIServer> s(new OpenAIServer());
   Impl& m = *s->impl_;
   m.plan = &plan;
   m.tokenizer = &tokenizer;
-  m.engine = &engine;
+  m.engine = engine;
   m.metrics = metrics;
   m.options = std::move(options);
-  m.max_model_len = engine.config().max_model_len;
+  m.max_model_len = engine ? engine->config().max_model_len : m.options.max_model_len;
+  if (m.max_model_len <= 0) return invalid_argument("the server needs the engine or options.max_model_len");
   RequestParserOptions po;
   po.model_name = m.options.model_name;
   po.max_model_len = m.max_model_len;
-  po.vocab_size = std::min(engine.config().vocab_size > 0 ? engine.config().vocab_size : tokenizer.vocab_size(),
-                           tokenizer.vocab_size());
+  // llmc refuses a tokenizer larger than the model's vocabulary, so its ids are the ones the
+  // engine accepts.
+  po.vocab_size = engine && engine->config().vocab_size > 0
+                      ? std::min(engine->config().vocab_size, tokenizer.vocab_size())
+                      : tokenizer.vocab_size();
   if (const fb::GenerationDefaults* g = plan.fb().generation()) {
     // Parameters a request leaves out come from generation_config.json, as in vLLM.
     po.sampling_defaults.temperature = g->temperature();
@@ -783,8 +788,16 @@ Status OpenAIServer::bind() {
 int OpenAIServer::port() const { return impl_->port; }
 const std::string& OpenAIServer::host() const { return impl_->options.host; }
 
-Status OpenAIServer::serve() {
+void OpenAIServer::attach_engine(Engine& engine) {
+  if (engine.config().max_model_len != impl_->max_model_len)
+    std::fprintf(stderr, "llmrt: warning: engine max_model_len %d differs from the server's %d\n",
+                 engine.config().max_model_len, impl_->max_model_len);
+  impl_->engine.store(&engine);
   impl_->ready = true;
+}
+
+Status OpenAIServer::serve() {
+  if (impl_->engine.load()) impl_->ready = true;
   if (!impl_->server.listen_after_bind()) return unavailable("the HTTP server stopped with an error");
   return ok_status();
 }
@@ -792,12 +805,13 @@ Status OpenAIServer::serve() {
 void OpenAIServer::shutdown(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   m.draining = true;
-  m.engine->drain();
+  if (!m.engine.load()) return stop();  // still starting: nothing runs
+  m.engine.load()->drain();
   const Clock::time_point deadline = Clock::now() + timeout;
   bool idle = false;
   while (!m.hurry && Clock::now() < deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (m.engine->wait_idle(std::min(left, std::chrono::milliseconds(100)))) {
+    if (m.engine.load()->wait_idle(std::min(left, std::chrono::milliseconds(100)))) {
       idle = true;
       break;
     }
@@ -805,7 +819,7 @@ void OpenAIServer::shutdown(std::chrono::milliseconds timeout) {
   if (!idle) {
     std::fprintf(stderr, "llmrt: shutdown: aborting the requests still running\n");
     m.engine_stopped = true;  // first: the handlers read the engine's last events as aborts
-    m.engine->shutdown();
+    m.engine.load()->shutdown();
   }
   // Let the handlers write their last chunks before the sockets close.
   {

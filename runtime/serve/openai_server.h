@@ -47,6 +47,7 @@ struct OpenAIServerOptions {
   std::string model_name;               // the id clients send as "model"
   size_t max_body_bytes = 16u << 20;    // larger request bodies get 413
   int max_connections = 256;            // worker threads (concurrent requests, streams included)
+  int max_model_len = 0;                // needed when create() gets no engine (it comes later)
 };
 
 class OpenAIServer {
@@ -55,8 +56,10 @@ class OpenAIServer {
   /// the plan's chat template cannot be parsed (chat requests would have nothing to render with:
   /// a plan without a template still serves /v1/completions).
   static StatusOr<std::unique_ptr<OpenAIServer>> create(const Plan& plan, const Tokenizer& tokenizer,
-                                                        Engine& engine, Metrics* metrics,
+                                                        Engine* engine, Metrics* metrics,
                                                         OpenAIServerOptions options);
+  /// With a null engine at create() the server answers 503 ("starting") until this is called.
+  void attach_engine(Engine& engine);
   ~OpenAIServer();
 
   /// Binds host:port; after this port() is the real port.
