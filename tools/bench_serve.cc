@@ -11,19 +11,7 @@
 //
 // One thread per in-flight request; each has its own HTTP connection (cpp-httplib).
 #include <fcntl.h>
-// Debian's cpp-httplib is a compiled library built with TLS, zlib and brotli, and the first of
-// those defines changes class layouts: every includer must see the library's pkg-config defines
-// (runtime/CMakeLists.txt passes them; the guards keep a stray build consistent). No TLS is used.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
-#include <httplib.h>
+#include "runtime/serve/httplib.h"
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>

@@ -1,19 +1,6 @@
 // OpenAI-compatible HTTP server over the serving engine (see openai_server.h).
-//
-// Debian ships cpp-httplib as a compiled library (libcpp-httplib.so) built with TLS, zlib and
-// brotli; the declarations must match the library's (Request holds an SSL pointer only under
-// CPPHTTPLIB_OPENSSL_SUPPORT). runtime/CMakeLists.txt passes its pkg-config defines; these guards
-// only matter when this file is built some other way. Nothing here uses TLS or compression.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
-#include <httplib.h>
+
+#include "runtime/serve/httplib.h"
 
 #include "runtime/serve/openai_server.h"
 

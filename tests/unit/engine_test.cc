@@ -75,6 +75,11 @@ Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64) {
   return t;
 }
 
+// Bytes of one KV block on the CPU backend (fp32 K and V, every layer).
+uint64_t kv_block_bytes(const Tiny& t) {
+  return 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+}
+
 std::unique_ptr<Engine> engine(const Plan& plan, EngineOptions o, Metrics* metrics = nullptr) {
   if (!o.threads) o.threads = 2;
   auto e = Engine::create(plan, o, metrics);
@@ -183,7 +188,7 @@ TEST(Engine, SmallKvPoolPreemptsAndStillAnswersCorrectly) {
   EngineOptions small;
   small.max_num_batched_tokens = 64;
   // Exactly enough for two sequences of max_model_len (64 tokens = 16 blocks of 4).
-  const uint64_t block_bytes = 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  const uint64_t block_bytes = kv_block_bytes(t);
   small.kv_cache_bytes = block_bytes * 32;
   small.enable_prefix_caching = false;
   Metrics metrics("tiny");
@@ -317,7 +322,7 @@ TEST(Engine, MoreChoicesThanSequencesPerStepEqualRunAlone) {
   const Result want = run_alone(*t.plan, {r}, big)[0];
   EngineOptions o;
   o.max_num_seqs = 4;  // fewer than the 6 choices
-  const uint64_t block_bytes = 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  const uint64_t block_bytes = kv_block_bytes(t);
   // The n=6 request alone needs up to 157 blocks; with the other one growing beside it, more.
   o.kv_cache_bytes = block_bytes * 170;
   o.enable_prefix_caching = false;
@@ -353,7 +358,7 @@ TEST(Engine, HigherPriorityArrivalPreemptsLowerPriorityWork) {
   big.kv_cache_bytes = 1ull << 26;
   const std::vector<Result> want = run_alone(*t.plan, {low, high}, big);
   EngineOptions o;
-  const uint64_t block_bytes = 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  const uint64_t block_bytes = kv_block_bytes(t);
   o.kv_cache_bytes = block_bytes * 64;  // one sequence of 256 tokens
   o.enable_prefix_caching = false;
   auto e = engine(*t.plan, o);
@@ -511,7 +516,7 @@ TEST(Engine, SubmitErrors) {
 
   // A pool of exactly one max-length sequence: n = 4 long answers can never fit.
   EngineOptions tight;
-  const uint64_t block_bytes = 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  const uint64_t block_bytes = kv_block_bytes(t);
   tight.kv_cache_bytes = block_bytes * 16;
   auto e2 = engine(*t.plan, tight);
   r.n = 4;

@@ -3,12 +3,12 @@
 #include "runtime/serve/openai_server.h"
 
 #include <gtest/gtest.h>
-#include <httplib.h>  // pkg-config defines come with llmrt_runtime (see runtime/CMakeLists.txt)
 #include <nlohmann/json.hpp>
 
 #include <thread>
 
 #include "runtime/serve/engine.h"
+#include "runtime/serve/httplib.h"
 #include "runtime/serve/metrics.h"
 #include "tests/unit/tiny_chat_tokenizer.h"
 #include "tests/unit/tiny_plan.h"
