@@ -148,9 +148,9 @@ struct Engine::Impl {
   void preempt(Group* g);
   int32_t schedule_seq(Group* g, size_t si, int32_t want, bool allow_preempt, bool* preempted_any);
   Status feed(Group* g, size_t si, int32_t count);
-  bool register_seqs(Group* g);
+  void register_seqs(Group* g);
   void fail_group(Group* g, const Status& status);
-  void finish_seq(Group* g, Seq& s, const std::string& reason);
+  void finish_seq(Seq& s, const std::string& reason);
   void release_seq(Seq& s);
   void emit(Group* g, bool include_prompt);
   void retire(Group* g);
@@ -258,7 +258,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   m.sampler = std::make_unique<Sampler>(c.vocab_size);
   m.stats.num_kv_blocks = c.num_kv_blocks;
   if (metrics) {
-    metrics->set_info(c.num_kv_blocks, c.block_size);
+    metrics->set_num_kv_blocks(c.num_kv_blocks);
     metrics->set_queue(0, 0);
     metrics->set_kv_usage(0);
   }
@@ -408,7 +408,7 @@ void Engine::Impl::apply_abort(uint64_t id) {
     Group* g = owned.get();
     if (g->id != id || g->done) continue;
     for (Seq& s : g->seqs)
-      if (!s.finished()) finish_seq(g, s, "abort");
+      if (!s.finished()) finish_seq(s, "abort");
     emit(g, false);
     retire(g);
     return;
@@ -432,14 +432,14 @@ void Engine::Impl::preempt(Group* g) {
   if (metrics) metrics->preempted();
 }
 
-void Engine::Impl::finish_seq(Group* g, Seq& s, const std::string& reason) {
+void Engine::Impl::finish_seq(Seq& s, const std::string& reason) {
   s.finish_reason = reason;
   release_seq(s);
 }
 
 void Engine::Impl::fail_group(Group* g, const Status& status) {
   for (Seq& s : g->seqs)
-    if (!s.finished()) finish_seq(g, s, "abort");
+    if (!s.finished()) finish_seq(s, "abort");
   RequestEvent e;
   e.prompt_tokens = static_cast<int32_t>(g->req.prompt.size());
   e.cached_tokens = g->cached_tokens;
@@ -590,8 +590,8 @@ Status Engine::Impl::feed(Group* g, size_t si, int32_t count) {
 }
 
 // Gives every unfinished sequence of a waiting request its BlockManager sequence (reusing cached
-// prefix blocks). False (nothing registered) when not even one token of the first fits.
-bool Engine::Impl::register_seqs(Group* g) {
+// prefix blocks).
+void Engine::Impl::register_seqs(Group* g) {
   const bool first = !g->admitted_once;
   const bool lookup = prefix_caching && !(g->req.prompt_logprobs >= 0 && !g->prompt_reported);
   for (Seq& s : g->seqs) {
@@ -611,7 +611,6 @@ bool Engine::Impl::register_seqs(Group* g) {
       if (metrics && prefix_caching) metrics->prefix_cache(static_cast<int>(s.tokens.size()), cached);
     }
   }
-  return true;
 }
 
 void Engine::Impl::step() {
@@ -814,10 +813,10 @@ void Engine::Impl::add_token(Group* g, size_t si, const SampleResult& r, const f
   const bool eos = !q.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), r.token) != eos_ids.end();
   const bool stop_id = std::find(q.stop_token_ids.begin(), q.stop_token_ids.end(), r.token) != q.stop_token_ids.end();
   if (eos || stop_id)
-    finish_seq(g, s, "stop");
+    finish_seq(s, "stop");
   else if ((q.max_tokens >= 0 && static_cast<int32_t>(s.output.size()) >= q.max_tokens) ||
            static_cast<int64_t>(s.tokens.size()) >= cfg.max_model_len)
-    finish_seq(g, s, "length");
+    finish_seq(s, "length");
 }
 
 Status Engine::Impl::sample_for(Group* g, size_t si, const float* row) {
@@ -834,7 +833,7 @@ Status Engine::Impl::sample_for(Group* g, size_t si, const float* row) {
   if (!g->forked) {
     g->forked = true;
     if (q.max_tokens == 0) {  // prompt only (e.g. echo with prompt logprobs)
-      finish_seq(g, g->seqs[si], "length");
+      finish_seq(g->seqs[si], "length");
       for (int32_t j = 1; j < q.n; ++j) {
         Seq c;
         c.index = j;

@@ -131,7 +131,7 @@ void Metrics::set_queue(int running, int waiting) {
   impl_->waiting->Set(waiting);
 }
 void Metrics::set_kv_usage(double fraction) { impl_->kv_usage->Set(fraction); }
-void Metrics::set_info(int num_kv_blocks, int block_size) { impl_->kv_blocks->Set(num_kv_blocks); }
+void Metrics::set_num_kv_blocks(int num_kv_blocks) { impl_->kv_blocks->Set(num_kv_blocks); }
 
 std::string Metrics::serialize() const {
   return pm::TextSerializer().Serialize(impl_->registry.Collect());

@@ -33,7 +33,7 @@ class Metrics {
   void preempted();
   void set_queue(int running, int waiting);
   void set_kv_usage(double fraction);                     // referenced blocks / all blocks
-  void set_info(int num_kv_blocks, int block_size);
+  void set_num_kv_blocks(int num_kv_blocks);
 
   /// The /metrics body (text exposition format 0.0.4).
   std::string serialize() const;

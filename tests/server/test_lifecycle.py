@@ -24,6 +24,17 @@ def wait_for(what, predicate, timeout=30.0):
         time.sleep(0.1)
 
 
+def stream_end(events):
+    """Reads a stream to its end: (last finish_reason seen, whether [DONE] arrived)."""
+    finish = None
+    for data in events:
+        if data == "[DONE]":
+            return finish, True
+        for c in json.loads(data)["choices"]:
+            finish = c["finish_reason"] or finish
+    return finish, False
+
+
 def open_stream(server, body, headers=None):
     """Starts a streaming request; returns (connection, response) with the headers read."""
     conn = server.connection()
@@ -107,13 +118,7 @@ def test_sigterm_finishes_running_stream_then_exits_0():
         wait_for("/health to report draining", lambda: s.get("/health")[0] == 503, 10)
         status, _, raw = s.request("POST", "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1})
         assert status == 503 and json.loads(raw)["error"]["code"] == 503
-        finish, done = None, False
-        for data in events:
-            if data == "[DONE]":
-                done = True
-                break
-            for c in json.loads(data)["choices"]:
-                finish = c["finish_reason"] or finish
+        finish, done = stream_end(events)
         assert done and finish == "length", "the running stream should complete after SIGTERM"
         conn.close()
         assert s.proc.wait(120) == 0
@@ -131,13 +136,7 @@ def test_sigterm_timeout_aborts_running_stream():
         events = sse_events(resp)
         json.loads(next(events))
         s.proc.send_signal(signal.SIGTERM)
-        finish, done = None, False
-        for data in events:
-            if data == "[DONE]":
-                done = True
-                break
-            for c in json.loads(data)["choices"]:
-                finish = c["finish_reason"] or finish
+        finish, done = stream_end(events)
         assert done and finish == "abort", "the stream should end with finish_reason 'abort'"
         conn.close()
         assert s.proc.wait(120) == 0
