@@ -21,6 +21,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "passes/Pipeline.h"
+#include "runtime/quant/quant_format.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -61,6 +62,48 @@ struct DiagnosticCollector {
 };
 
 } // namespace
+
+llmrt::StatusOr<std::string> expandQuantizeSpec(const std::string &spec) {
+  if (llmrt::quant::parse_format(spec).ok())
+    return spec;
+  auto bad = [&] {
+    return llmrt::invalid_argument(
+        "--quantize '" + spec +
+        "': expected int8 | int4[-gN|-row][-sym|-asym] or a format name like int4-g128-f16-min");
+  };
+  std::string rest = spec;
+  int bits = 0;
+  if (rest.rfind("int8", 0) == 0)
+    bits = 8;
+  else if (rest.rfind("int4", 0) == 0)
+    bits = 4;
+  else
+    return bad();
+  rest = rest.substr(4);
+  std::string group = bits == 8 ? "g32" : "g128";
+  std::string offset = bits == 8 ? "sym" : "min";
+  while (!rest.empty()) {
+    if (rest[0] != '-')
+      return bad();
+    size_t end = rest.find('-', 1);
+    std::string part = rest.substr(1, end == std::string::npos ? std::string::npos : end - 1);
+    rest = end == std::string::npos ? "" : rest.substr(end);
+    if (part == "sym")
+      offset = "sym";
+    else if (part == "asym")
+      offset = "min";
+    else if (part == "row" || (part.size() > 1 && part[0] == 'g'))
+      group = part;
+    else
+      return bad();
+  }
+  std::string name = "int" + std::to_string(bits) + "-" + group + "-" +
+                     (group == "row" ? "f32" : "f16") + "-" + offset;
+  auto f = llmrt::quant::parse_format(name);
+  if (!f.ok())
+    return f.status().with_context("--quantize '" + spec + "'");
+  return name;
+}
 
 llmrt::Status compile(const CompileOptions &opts) {
   auto start = std::chrono::steady_clock::now();
@@ -125,12 +168,23 @@ llmrt::Status compile(const CompileOptions &opts) {
         list += (list.empty() ? "" : ", ") + n;
       return llmrt::invalid_argument("--disable-pass: unknown pass '" + d + "' (passes: " + list + ")");
     }
+  std::string quantizeFormat;
+  if (!opts.quantize.empty()) {
+    ASSIGN_OR_RETURN(quantizeFormat, expandQuantizeSpec(opts.quantize));
+  }
+  if (opts.cpuKernels != "fast" && opts.cpuKernels != "reference")
+    return llmrt::invalid_argument("--cpu-kernels '" + opts.cpuKernels +
+                                   "': expected reference or fast");
   std::vector<std::string> ran;
   for (const std::string &name : all) {
     if (disabled.count(name))
       continue;
     PipelineOptions popts;
     popts.kvBlockSize = opts.kvBlockSize;
+    popts.kvDtype = opts.kvCacheDtype;
+    popts.quantize = quantizeFormat;
+    popts.quantizeEmbeddings = opts.quantizeEmbeddings;
+    popts.dequantize = opts.dequantize;
     for (const std::string &other : all)
       if (other != name)
         popts.disabled.insert(other);
@@ -152,6 +206,7 @@ llmrt::Status compile(const CompileOptions &opts) {
   wopts.maxModelLen = opts.maxModelLen;
   wopts.maxTokensPerStep = opts.maxTokensPerStep;
   wopts.maxSeqsPerStep = opts.maxSeqsPerStep;
+  wopts.cpuKernels = opts.cpuKernels;
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;

@@ -21,7 +21,18 @@ struct CompileOptions {
   int64_t maxSeqsPerStep = 256;
   std::vector<std::string> commandLine;
   bool quiet = false;
+  /// --quantize: a format of runtime/quant/quant_format.h (expandQuantizeSpec).
+  std::string quantize;
+  bool quantizeEmbeddings = true;
+  bool dequantize = false;
+  std::string cpuKernels = "fast";    ///< reference | fast
+  std::string kvCacheDtype = "f32";   ///< f32 | int8
 };
+
+/// `--quantize` shorthand to a format name: "int8" (int8-g32-f16-sym, like
+/// GGUF Q8_0), "int4" (int4-g128-f16-min), optionally with "-gN" or "-row" and
+/// "-sym" / "-asym"; a full format name passes through.
+llmrt::StatusOr<std::string> expandQuantizeSpec(const std::string &spec);
 
 /// load → import (or parse --from-ir) → passes → codegen → plan file.
 llmrt::Status compile(const CompileOptions &options);

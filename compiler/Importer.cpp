@@ -66,7 +66,13 @@ private:
                                      fmt(expect));
     }
     auto type = RankedTensorType::get(expect, b.getF32Type());
-    return op("llm.weight", {}, {type}, {str("name", name)});
+    SmallVector<NamedAttribute> attrs{str("name", name)};
+    // A matrix the checkpoint stores quantized in a format the plan can keep:
+    // --llm-pack-weights decides whether it stays so.
+    if (expect.size() == 2)
+      if (auto f = model.tensors->nativeFormat(name))
+        attrs.push_back(str("source_quant", llmrt::quant::format_name(*f)));
+    return op("llm.weight", {}, {type}, attrs);
   }
   llmrt::StatusOr<Value> linear(Value x, const std::string &prefix,
                                 int64_t out, int64_t in, bool bias) {

@@ -9,10 +9,12 @@
 #include "ir/LLMDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "runtime/plan/plan_file.h"
+#include "runtime/quant/quant_format.h"
 #include "runtime/tokenizer/tokenizer_fb.h"
 
 using namespace mlir;
 namespace fb = llmrt::fb;
+namespace quant = llmrt::quant;
 
 namespace llmc {
 namespace {
@@ -22,6 +24,7 @@ struct PlanTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<std::string> parts; ///< source tensor names, concatenated on dim 0
+  std::string quant;              ///< storage format ("" = f32), see quant_format.h
   uint64_t offset = 0, size = 0;
 };
 
@@ -93,6 +96,36 @@ struct Lowering {
     return {};
   }
 
+  /// Writes checkpoint tensor `src` (one part of plan tensor `t`) in t's
+  /// quantized format: the checkpoint's own blocks when it stores that format
+  /// (checked, never requantized), else round-to-nearest from f32.
+  llmrt::Status appendQuantized(llmrt::PlanFileWriter &writer, const PlanTensor &t,
+                                const SourceTensor &src, std::vector<float> &buffer,
+                                std::vector<uint8_t> &packed) {
+    ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t.quant));
+    if (src.shape.size() != 2)
+      return llmrt::invalid_argument("tensor '" + src.name + "' is not 2-D");
+    const int64_t rows = src.shape[0], k = src.shape[1];
+    ASSIGN_OR_RETURN(int64_t rb, quant::row_bytes(f, k));
+    packed.resize(static_cast<size_t>(rows * rb));
+    auto native = model.tensors->nativeFormat(src.name);
+    if (native && *native == f) {
+      RETURN_IF_ERROR(model.tensors->readPacked(src.name, packed.data()));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::string bad = quant::check_row(f, packed.data() + r * rb, k);
+        if (!bad.empty())
+          return llmrt::invalid_argument("tensor '" + src.name + "' (" + t.quant + "), row " +
+                                         std::to_string(r) + ": " + bad);
+      }
+    } else {
+      buffer.resize(static_cast<size_t>(rows * k));
+      RETURN_IF_ERROR(model.tensors->readF32(src.name, buffer.data()));
+      for (int64_t r = 0; r < rows; ++r)
+        quant::quantize_row(f, buffer.data() + r * k, k, packed.data() + r * rb);
+    }
+    return writer.append(packed.data(), packed.size());
+  }
+
   llmrt::StatusOr<int> kernelFor(Operation *op);
   llmrt::Status lowerForward(func::FuncOp fn,
                              flatbuffers::Offset<fb::Program> &program);
@@ -162,7 +195,9 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
       std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
       if (src->shape != shape)
         return error(op, "tensor '" + n.getValue().str() + "' has a different shape in the model");
-      weightOf[op->getResult(0)] = PlanTensor{n.getValue().str(), shape, {n.getValue().str()}};
+      auto q = op->getAttrOfType<StringAttr>("quant");
+      weightOf[op->getResult(0)] = PlanTensor{n.getValue().str(), shape, {n.getValue().str()},
+                                              q ? q.getValue().str() : std::string()};
       continue;
     }
     if (name == "llm.weight_concat") {
@@ -180,6 +215,8 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
       for (size_t i = 0; i < t.parts.size(); ++i)
         t.name += (i ? "," : "") + t.parts[i];
       t.name += ")";
+      if (auto q = op->getAttrOfType<StringAttr>("quant"))
+        t.quant = q.getValue().str();
       weightOf[op->getResult(0)] = std::move(t);
       continue;
     }
@@ -283,6 +320,10 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
 
   // Tensor layout: checkpoint order of first use, 64-byte aligned.
   uint64_t cursor = 0;
+  bool anyQuant = false;
+  std::string weightLayout = quant::kLayoutRowGroups;
+  if (auto l = module->getAttrOfType<StringAttr>("llm.weight_layout"))
+    weightLayout = l.getValue().str();
   for (PlanTensor &t : tensors) {
     uint64_t numel = 1;
     for (int64_t d : t.shape)
@@ -290,13 +331,28 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
     cursor = (cursor + llmrt::kTensorAlignment - 1) / llmrt::kTensorAlignment * llmrt::kTensorAlignment;
     t.offset = cursor;
     t.size = numel * sizeof(float);
+    if (!t.quant.empty()) {
+      if (weightLayout != quant::kLayoutRowGroups)
+        return llmrt::unimplemented("weight layout '" + weightLayout + "'");
+      ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t.quant));
+      if (t.shape.size() != 2)
+        return llmrt::invalid_argument("quantized tensor '" + t.name + "' is not 2-D");
+      ASSIGN_OR_RETURN(int64_t rb, quant::row_bytes(f, t.shape[1]));
+      t.size = static_cast<uint64_t>(rb) * static_cast<uint64_t>(t.shape[0]);
+      anyQuant = true;
+    }
     cursor += t.size;
   }
   const uint64_t weightsSize = cursor;
   std::vector<flatbuffers::Offset<fb::Tensor>> tensorOffsets;
-  for (const PlanTensor &t : tensors)
-    tensorOffsets.push_back(fb::CreateTensorDirect(fbb, t.name.c_str(), fb::DType::F32, &t.shape,
-                                                   t.offset, t.size, "", "row_major"));
+  for (const PlanTensor &t : tensors) {
+    fb::DType dt = fb::DType::F32;
+    if (!t.quant.empty())
+      dt = t.quant.rfind("int8", 0) == 0 ? fb::DType::I8 : fb::DType::I4;
+    tensorOffsets.push_back(fb::CreateTensorDirect(
+        fbb, t.name.c_str(), dt, &t.shape, t.offset, t.size, t.quant.c_str(),
+        t.quant.empty() ? "row_major" : weightLayout.c_str()));
+  }
 
   // Model info and KV spec come from the module (the IR is the source of truth).
   auto m = module->getAttrOfType<DictionaryAttr>("llm.model");
@@ -340,9 +396,10 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   ASSIGN_OR_RETURN(int64_t blockSize, dictGet<int64_t>(kvAttr, "block_size", "llm.kv_spec"));
   ASSIGN_OR_RETURN(std::string kvDtype, dictGet<std::string>(kvAttr, "kv_dtype", "llm.kv_spec"));
   ASSIGN_OR_RETURN(std::string layout, dictGet<std::string>(kvAttr, "layout", "llm.kv_spec"));
-  if (kvDtype != "f32")
+  if (kvDtype != "f32" && kvDtype != "int8")
     return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels yet");
-  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize, fb::DType::F32, layout.c_str());
+  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize,
+                                   kvDtype == "int8" ? fb::DType::I8 : fb::DType::F32, layout.c_str());
 
   auto perToken = fn->getAttrOfType<IntegerAttr>("llm.arena_bytes_per_token");
   if (!perToken)
@@ -364,12 +421,16 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
                                        fbb.CreateVectorOfStrings(opts.commandLine),
                                        fbb.CreateVectorOfStrings(opts.passes),
                                        fbb.CreateVectorOfStrings(opts.targets));
-  std::vector<std::string> features = {"forward_v1", "kv_f32", "weights_f32"};
+  std::vector<std::string> features = {"forward_v1", kvDtype == "int8" ? "kv_i8" : "kv_f32",
+                                       "weights_f32"};
+  if (anyQuant)
+    features.push_back("weights_quant_v1");
   auto featuresOff = fbb.CreateVectorOfStrings(features);
   auto tensorsOff = fbb.CreateVector(tensorOffsets);
   std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
   auto programsOff = fbb.CreateVector(programs);
   auto kernelsOff = fbb.CreateVector(kernels);
+  auto cpuKernelsOff = fbb.CreateString(opts.cpuKernels);
   fb::PlanBuilder pb(fbb);
   pb.add_schema_major(llmrt::kSchemaMajor);
   pb.add_schema_minor(llmrt::kSchemaMinor);
@@ -386,19 +447,25 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   pb.add_programs(programsOff);
   pb.add_kernels(kernelsOff);
   pb.add_weights_size(weightsSize);
+  pb.add_cpu_kernels(cpuKernelsOff);
   fb::FinishPlanBuffer(fbb, pb.Finish());
 
   ASSIGN_OR_RETURN(std::unique_ptr<llmrt::PlanFileWriter> writer,
                    llmrt::PlanFileWriter::create(path, fbb.GetBufferPointer(), fbb.GetSize(), weightsSize));
   // Stream weights: one tensor at a time, never the whole model in memory.
   std::vector<float> buffer;
+  std::vector<uint8_t> packed;
   for (const PlanTensor &t : tensors) {
     RETURN_IF_ERROR(writer->pad_to(t.offset));
     for (const std::string &part : t.parts) {
       const SourceTensor *src = model.tensors->find(part);
-      buffer.resize(static_cast<size_t>(src->numElements()));
-      RETURN_IF_ERROR(model.tensors->readF32(part, buffer.data()));
-      RETURN_IF_ERROR(writer->append(buffer.data(), buffer.size() * sizeof(float)));
+      if (t.quant.empty()) {
+        buffer.resize(static_cast<size_t>(src->numElements()));
+        RETURN_IF_ERROR(model.tensors->readF32(part, buffer.data()));
+        RETURN_IF_ERROR(writer->append(buffer.data(), buffer.size() * sizeof(float)));
+        continue;
+      }
+      RETURN_IF_ERROR(appendQuantized(*writer, t, *src, buffer, packed));
     }
   }
   RETURN_IF_ERROR(writer->finish());

@@ -19,6 +19,7 @@ struct PlanWriterOptions {
   int64_t maxTokensPerStep = 2048;
   int64_t maxSeqsPerStep = 256;
   int64_t maxModelLen = 0;              ///< 0: the model's context
+  std::string cpuKernels = "fast";      ///< contract of quantized CPU kernels
 };
 
 /// Statistics of a written plan, for the driver to print.

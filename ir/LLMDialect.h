@@ -37,6 +37,10 @@ int64_t rowWidth(mlir::RankedTensorType type);
 /// True if `v` is produced by llm.weight or llm.weight_concat.
 bool isWeightValue(mlir::Value v);
 
+/// The plan storage format of weight value `v` (the `quant` attribute of its
+/// llm.weight / llm.weight_concat), "" for f32.
+llvm::StringRef weightQuant(mlir::Value v);
+
 } // namespace llmc::llm
 
 #endif // LLMC_IR_LLMDIALECT_H

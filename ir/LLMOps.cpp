@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ir/LLMDialect.h"
+#include "runtime/quant/quant_format.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -113,8 +114,8 @@ LogicalResult verifyKvLayoutAttrs(Operation *op, IntegerAttr blockSize,
     return op->emitOpError() << "block_size must be positive, got "
                              << blockSize.getInt();
   StringRef dtype = kvDtype.getValue();
-  if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
-    return op->emitOpError() << "kv_dtype must be one of f32, f16, bf16, got '"
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16" && dtype != "int8")
+    return op->emitOpError() << "kv_dtype must be one of f32, f16, bf16, int8, got '"
                              << dtype << "'";
   if (layout.getValue() != kKvLayoutBlockHeadSlotDim)
     return op->emitOpError() << "unknown kv layout '" << layout.getValue()
@@ -153,7 +154,30 @@ LogicalResult WeightOp::verify() {
     return emitOpError()
            << "result must be a statically shaped f32 tensor of rank >= 1, got "
            << t;
+  for (auto [attr, what] : {std::pair{getSourceQuantAttr(), "source_quant"},
+                            std::pair{getQuantAttr(), "quant"}}) {
+    if (!attr)
+      continue;
+    auto f = llmrt::quant::parse_format(attr.getValue().str());
+    if (!f.ok())
+      return emitOpError() << what << ": " << f.status().message();
+    if (t.getRank() != 2)
+      return emitOpError() << what << " needs a 2-D weight, got " << t;
+    auto rb = llmrt::quant::row_bytes(*f, t.getDimSize(1));
+    if (!rb.ok())
+      return emitOpError() << what << ": " << rb.status().message();
+  }
   return success();
+}
+
+llvm::StringRef llmc::llm::weightQuant(Value v) {
+  Operation *def = v.getDefiningOp();
+  StringAttr q;
+  if (auto w = dyn_cast_or_null<WeightOp>(def))
+    q = w.getQuantAttr();
+  else if (auto c = dyn_cast_or_null<WeightConcatOp>(def))
+    q = c.getQuantAttr();
+  return q ? q.getValue() : llvm::StringRef();
 }
 
 void WeightConcatOp::build(OpBuilder &b, OperationState &state,
@@ -170,8 +194,10 @@ void WeightConcatOp::build(OpBuilder &b, OperationState &state,
           shape[axis] += dimOr(in.getType(), axis, 0);
       }
     }
+  StringRef quant = inputs.empty() ? StringRef() : weightQuant(inputs[0]);
   build(b, state, RankedTensorType::get(shape, elem), inputs,
-        b.getI64IntegerAttr(axis));
+        b.getI64IntegerAttr(axis),
+        quant.empty() ? StringAttr() : b.getStringAttr(quant));
 }
 
 LogicalResult WeightConcatOp::verify() {
@@ -183,9 +209,18 @@ LogicalResult WeightConcatOp::verify() {
       return emitOpError() << "operand #" << i
                            << " must be produced by llm.weight or "
                               "llm.weight_concat";
+  StringRef quant = getQuantAttr() ? getQuantAttr().getValue() : StringRef();
+  for (auto [i, in] : llvm::enumerate(inputs))
+    if (weightQuant(in) != quant)
+      return emitOpError() << "operand #" << i << " is stored as '"
+                           << weightQuant(in) << "' but the concatenation as '"
+                           << quant
+                           << "': only weights of one scheme concatenate";
   auto t0 = cast<RankedTensorType>(inputs[0].getType());
   int64_t rank = t0.getRank();
   int64_t axis = getAxisAttr().getInt();
+  if (!quant.empty() && axis != 0)
+    return emitOpError() << "quantized weights concatenate along axis 0 only";
   if (axis < 0 || axis >= rank)
     return emitOpError() << "axis " << axis << " is out of range for rank "
                          << rank;

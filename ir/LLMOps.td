@@ -87,8 +87,16 @@ def LLM_WeightOp : LLM_Op<"weight"> {
     ```mlir
     %w = llm.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>
     ```
+
+    Quantization travels as attributes (formats of runtime/quant/quant_format.h,
+    e.g. "int4-g32-f16-min"); the result type stays the logical f32 tensor:
+    `source_quant` is the format the checkpoint stores the tensor in (set by
+    the importer when it can be kept without requantization); `quant` is the
+    format the plan stores it in (set by --llm-pack-weights), its bytes in
+    the `cpu_row_groups` layout. Without `quant` the plan holds f32.
   }];
-  let arguments = (ins StrAttr:$name);
+  let arguments = (ins StrAttr:$name, OptionalAttr<StrAttr>:$source_quant,
+                       OptionalAttr<StrAttr>:$quant);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
@@ -106,7 +114,8 @@ def LLM_WeightConcatOp : LLM_Op<"weight_concat"> {
     ```
   }];
   let arguments = (ins Variadic<AnyRankedTensor>:$inputs,
-                       DefaultValuedAttr<I64Attr, "0">:$axis);
+                       DefaultValuedAttr<I64Attr, "0">:$axis,
+                       OptionalAttr<StrAttr>:$quant);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, $result)";
   let builders = [

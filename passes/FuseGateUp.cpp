@@ -35,6 +35,9 @@ bool fuse(SiluMulOp op) {
     return false;
   if (!isWeightValue(gate.getWeight()) || !isWeightValue(up.getWeight()))
     return false;
+  // Only weights of one storage format concatenate.
+  if (weightQuant(gate.getWeight()) != weightQuant(up.getWeight()))
+    return false;
   if (gate->getBlock() != op->getBlock() || up->getBlock() != op->getBlock())
     return false;
 

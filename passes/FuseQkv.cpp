@@ -68,11 +68,14 @@ void fuseGroup(Value x, ArrayRef<LinearOp> group) {
 
 void fuseInBlock(Block &block) {
   // Program order within each group, groups in order of their first linear.
-  llvm::MapVector<Value, SmallVector<LinearOp>> groups;
+  // Weights stored in different formats are not concatenated: group by input
+  // and storage format.
+  llvm::MapVector<std::pair<Value, StringRef>, SmallVector<LinearOp>> groups;
   for (Operation &op : block)
     if (auto lin = dyn_cast<LinearOp>(op); lin && isCandidate(lin))
-      groups[lin.getX()].push_back(lin);
-  for (auto &[x, group] : groups) {
+      groups[{lin.getX(), weightQuant(lin.getWeight())}].push_back(lin);
+  for (auto &[key, group] : groups) {
+    Value x = key.first;
     if (group.size() < 2)
       continue;
     bool withBias = static_cast<bool>(group.front().getBias());

@@ -11,6 +11,41 @@
 
 include "mlir/Pass/PassBase.td"
 
+def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
+  let summary = "Choose how every weight matrix is stored: f32 or a quantized format, in the backend's layout";
+  let description = [{
+    Candidates are `llm.weight` ops whose every use is the weight operand of
+    `llm.linear`, `llm.logits` or `llm.embedding` and that are 2-D. Each gets
+    `quant = <format>` (runtime/quant/quant_format.h):
+      * its `source_quant` (the checkpoint's blocks are kept bit for bit),
+        unless `dequantize`;
+      * else, with `quantize = <format>`, that format (round-to-nearest
+        quantization by the plan writer), for embedding / lm_head matrices
+        only when `quantize-embeddings`. When the rows are not a whole number
+        of groups, the largest multiple of 32 below the group size that
+        divides them is used (a 576-wide row takes int4-g64 for int4-g128).
+    Other weights stay f32 (with `dequantize` and no `quantize`: every
+    weight, the float plan of a quantized checkpoint; with both: the
+    checkpoint is dequantized, then re-quantized). The module gets `llm.weight_layout` = the target's
+    layout: "cpu_row_groups" for target cpu (rows of groups, each group its
+    scale, offset and codes; int4 codes in 32-element sub-blocks; see
+    quant_format.h), the layout the CPU kernels stream with SIMD loads.
+    Runs before the fusion passes, which then only concatenate weights of one
+    format. Fails on an unknown target or format.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "backend whose weight layout to use (cpu)">,
+    Option<"quantize", "quantize", "std::string", /*default=*/"\"\"",
+           "format for float weights (e.g. int4-g128-f16-min); empty: keep f32">,
+    Option<"quantizeEmbeddings", "quantize-embeddings", "bool", /*default=*/"true",
+           "also quantize embedding tables and lm_head">,
+    Option<"dequantize", "dequantize", "bool", /*default=*/"false",
+           "store every weight as f32, even quantized checkpoint tensors">,
+  ];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 def FuseQkv : Pass<"llm-fuse-qkv", "::mlir::func::FuncOp"> {
   let summary = "Fuse llm.linear ops that share their input into one linear + split";
   let description = [{
@@ -21,7 +56,8 @@ def FuseQkv : Pass<"llm-fuse-qkv", "::mlir::func::FuncOp"> {
     becomes one `llm.linear` over `llm.weight_concat` of the weights (and of
     the biases) followed by `llm.split` into the original widths. The typical
     catch is the q/k/v projection of every attention block. A set that mixes
-    biased and unbiased linears is left alone.
+    biased and unbiased linears is left alone. Linears whose weights are
+    stored in different formats (`quant`) form separate sets.
   }];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
@@ -30,7 +66,8 @@ def FuseGateUp : Pass<"llm-fuse-gate-up", "::mlir::func::FuncOp"> {
   let summary = "Fuse the gate and up projections of a SwiGLU MLP";
   let description = [{
     `llm.silu_mul(llm.linear(x, wg), llm.linear(x, wu))` where both linears
-    read the same `x`, have no bias, and feed only this `silu_mul` becomes
+    read the same `x`, have no bias, have weights of one storage format
+    (`quant`), and feed only this `silu_mul` becomes
     `llm.silu_mul(llm.linear(x, llm.weight_concat(wg, wu)))`, the one-operand
     (fused [rows, 2I], gate first) form.
   }];
@@ -57,14 +94,15 @@ def KvCacheLayout : Pass<"llm-kv-cache-layout", "::mlir::ModuleOp"> {
     `llm.kv_spec = {num_layers, num_kv_heads, head_dim, block_size, kv_dtype,
     layout}` (num_layers = highest layer + 1). Fails when the cache ops
     disagree on num_kv_heads or head_dim, when a paged_attention reads a layer
-    no kv_store writes, or for a kv dtype other than f32 (not supported yet).
+    no kv_store writes, or for a kv dtype other than f32 or int8 (int8: codes
+    with one f32 scale per token and head, see runtime/cpu/kernels.h).
     A module without cache ops is left unchanged.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"16",
            "tokens per KV-cache block">,
     Option<"kvDtype", "kv-dtype", "std::string", /*default=*/"\"f32\"",
-           "element type of the KV cache (only f32 today)">,
+           "element type of the KV cache: f32 or int8">,
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

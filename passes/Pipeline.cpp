@@ -12,7 +12,7 @@ using namespace mlir;
 namespace llmc {
 
 std::vector<std::string> pipelinePassNames() {
-  return {"fuse-qkv", "fuse-gate-up", "fuse-add-rmsnorm", "kv-cache-layout",
+  return {"pack-weights", "fuse-qkv", "fuse-gate-up", "fuse-add-rmsnorm", "kv-cache-layout",
           "plan-memory"};
 }
 
@@ -27,6 +27,13 @@ std::vector<std::string> unknownDisabledPasses(const PipelineOptions &opts) {
 
 void buildPipeline(OpPassManager &pm, const PipelineOptions &opts) {
   auto enabled = [&](const char *name) { return !opts.disabled.count(name); };
+  if (enabled("pack-weights")) {
+    PackWeightsOptions pack;
+    pack.quantize = opts.quantize;
+    pack.quantizeEmbeddings = opts.quantizeEmbeddings;
+    pack.dequantize = opts.dequantize;
+    pm.addPass(createPackWeights(pack));
+  }
   if (enabled("fuse-qkv"))
     pm.addNestedPass<func::FuncOp>(createFuseQkv());
   if (enabled("fuse-gate-up"))
@@ -48,6 +55,12 @@ struct LLMPipelineCLOptions : PassPipelineOptions<LLMPipelineCLOptions> {
   Option<int64_t> kvBlockSize{*this, "kv-block-size",
                               llvm::cl::desc("tokens per KV-cache block"),
                               llvm::cl::init(16)};
+  Option<std::string> quantize{*this, "quantize",
+                               llvm::cl::desc("format for float weights (pack-weights)"),
+                               llvm::cl::init("")};
+  Option<bool> dequantize{*this, "dequantize",
+                          llvm::cl::desc("store every weight as f32 (pack-weights)"),
+                          llvm::cl::init(false)};
   Option<std::string> kvDtype{*this, "kv-dtype",
                               llvm::cl::desc("KV-cache element type"),
                               llvm::cl::init("f32")};
@@ -64,6 +77,8 @@ void registerLLMPipeline() {
         PipelineOptions opts;
         opts.kvBlockSize = cl.kvBlockSize;
         opts.kvDtype = cl.kvDtype;
+        opts.quantize = cl.quantize;
+        opts.dequantize = cl.dequantize;
         opts.disabled.insert(cl.disable.begin(), cl.disable.end());
         buildPipeline(pm, opts);
       });

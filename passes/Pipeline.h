@@ -19,6 +19,11 @@ struct PipelineOptions {
   int64_t kvBlockSize = 16;
   /// KV-cache element type (--llm-kv-cache-layout kv-dtype); only "f32" today.
   std::string kvDtype = "f32";
+  /// --llm-pack-weights: format for float weights ("" = keep f32), whether
+  /// embedding tables / lm_head are quantized too, and dequantize-everything.
+  std::string quantize;
+  bool quantizeEmbeddings = true;
+  bool dequantize = false;
   /// Passes to skip, named without the "llm-" prefix, e.g. "fuse-qkv".
   std::set<std::string> disabled;
 };

@@ -125,13 +125,27 @@ int main(int argc, char **argv) {
   compile->add_option("model", copts.modelPath, "Hugging Face folder or .gguf file")->required();
   compile->add_option("-o,--output", copts.outputPath, "plan file to write")->required();
   compile->add_option("--dump-ir", copts.dumpIrDir, "write the IR after import and after each pass here");
-  compile->add_option("--disable-pass", copts.disabledPasses, "skip a pass (repeatable): fuse-qkv, fuse-gate-up, fuse-add-rmsnorm, kv-cache-layout, plan-memory");
+  compile->add_option("--disable-pass", copts.disabledPasses, "skip a pass (repeatable): pack-weights, fuse-qkv, fuse-gate-up, fuse-add-rmsnorm, kv-cache-layout, plan-memory");
   compile->add_option("--from-ir", copts.fromIr, "compile this edited .mlir against the model's tensors");
   compile->add_option("--target", targets, "GPU targets for kernel images, comma separated (sm_80,sm_90), 'default' or 'none'");
   compile->add_option("--kv-block-size", copts.kvBlockSize, "tokens per KV block")->check(CLI::Range(1, 4096));
   compile->add_option("--max-model-len", copts.maxModelLen, "cap the context below the model's")->check(CLI::NonNegativeNumber);
   compile->add_option("--max-tokens-per-step", copts.maxTokensPerStep, "largest batch (tokens) a step may hold")->check(CLI::Range(1, 1 << 20));
   compile->add_option("--max-seqs-per-step", copts.maxSeqsPerStep, "most sequences a step may hold")->check(CLI::Range(1, 1 << 16));
+  compile->add_option("--quantize", copts.quantize,
+                      "round-to-nearest quantization of float weights: int8 | int4[-gN|-row][-sym|-asym] "
+                      "or a format name (int4-g128-f16-min); quantized checkpoint tensors stay as they are");
+  compile->add_flag("!--no-quantize-embeddings", copts.quantizeEmbeddings,
+                    "with --quantize, keep the embedding table and lm_head in f32");
+  compile->add_flag("--dequantize", copts.dequantize,
+                    "store every weight as f32 (the float baseline of a quantized checkpoint); with --quantize: re-quantize from the dequantized weights");
+  compile->add_option("--kv-cache-dtype", copts.kvCacheDtype,
+                      "KV cache element type: f32, or int8 (one f32 scale per token and head)")
+      ->check(CLI::IsMember({"f32", "int8"}));
+  compile->add_option("--cpu-kernels", copts.cpuKernels,
+                      "numerical contract of quantized CPU kernels recorded in the plan: fast (int8 "
+                      "activations, integer dot products) or reference (dequantize to f32)")
+      ->check(CLI::IsMember({"fast", "reference"}));
   compile->add_flag("-q,--quiet", copts.quiet, "print nothing on success");
 
   std::string planPath, memory;

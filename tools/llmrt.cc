@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> prompt_ids;
   llmrt::SamplingParams sp;
   int max_tokens = 64, threads = 0;
+  std::string cpu_kernels;
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
   run->add_option("plan", plan_path, "plan file from llmc compile")->required();
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
   run->add_option("--frequency-penalty", sp.frequency_penalty);
   run->add_option("--seed", sp.seed);
   run->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--cpu-kernels", cpu_kernels,
+                  "contract of quantized kernels: reference | fast (default: the plan's)")
+      ->check(CLI::IsMember({"reference", "fast"}));
   run->add_option("--logits-out", logits_out, "write last-prompt-position logits (.npy float32)");
   run->add_option("--all-logits-out", all_logits_out, "write logits of every prompt position (.npy, one prompt)");
   run->add_flag("--json", json, "print a JSON result instead of streaming text");
@@ -89,12 +93,14 @@ int main(int argc, char** argv) {
   llmrt_tools::Subcommand serve = llmrt_tools::add_serve_command(app);
   llmrt_tools::Subcommand bench_serve = llmrt_tools::add_bench_serve_command(app);
   llmrt_tools::Subcommand bench = llmrt_tools::add_bench_command(app);
+  llmrt_tools::Subcommand eval = llmrt_tools::add_eval_command(app);
 
   CLI11_PARSE(app, argc, argv);
 
   if (serve.app->parsed()) return serve.run();
   if (bench_serve.app->parsed()) return bench_serve.run();
   if (bench.app->parsed()) return bench.run();
+  if (eval.app->parsed()) return eval.run();
 
   if (*inspect) {
     std::optional<uint64_t> budget;
@@ -174,6 +180,7 @@ int main(int argc, char** argv) {
 
   llmrt::GeneratorOptions gopts;
   gopts.executor.threads = threads;
+  gopts.executor.cpu_kernels = cpu_kernels;
   const llmrt::fb::MemoryPlan* mp = plan.fb().memory();
   const llmrt::fb::KvSpec* kv = plan.fb().kv();
   if (!mp || !kv || kv->block_size() <= 0)

@@ -54,6 +54,7 @@ struct BenchFlags {
   bool profile = false;
   std::string trace;
   std::string seed = "1234";
+  std::string cpu_kernels;  // "" = the plan's
 };
 
 // The parsed numbers.
@@ -294,6 +295,7 @@ int run_bench(const BenchFlags& f) {
   }
   llmrt::GeneratorOptions gopts;
   gopts.executor.threads = c.threads;
+  gopts.executor.cpu_kernels = f.cpu_kernels;
   gopts.executor.max_tokens_per_step = budget;
   gopts.executor.num_kv_blocks = static_cast<int>(blocks + 1);
   auto gen_or = llmrt::Generator::create(plan, gopts);
@@ -311,9 +313,9 @@ int run_bench(const BenchFlags& f) {
   const bool text = !f.json;
   const bool with_base = baseline.has_value();
   if (text) {
-    std::printf("llmrt bench: %s%s, threads %d, ISA %s, %d repetition%s, steps of up to %d tokens\n",
+    std::printf("llmrt bench: %s%s, threads %d, ISA %s, kernels %s, %d repetition%s, steps of up to %d tokens\n",
                 plan_name.c_str(), model.empty() ? "" : (" (" + model + ")").c_str(), threads, isa,
-                c.repetitions, c.repetitions == 1 ? "" : "s", budget);
+                gen.executor().cpu_kernels(), c.repetitions, c.repetitions == 1 ? "" : "s", budget);
     std::printf("| %-14s | %7s | %5s | %20s |%s\n", "test", "tokens", "batch", "t/s",
                 with_base ? " vs baseline |" : "");
     std::printf("|%s|%s|%s|%s|%s\n", std::string(16, '-').c_str(), std::string(9, '-').c_str(),
@@ -358,6 +360,7 @@ int run_bench(const BenchFlags& f) {
   j["model"] = model;
   j["threads"] = threads;
   j["isa"] = isa;
+  j["cpu_kernels"] = gen.executor().cpu_kernels();
   j["repetitions"] = c.repetitions;
   j["seed"] = c.seed;
   j["step_tokens"] = budget;
@@ -410,6 +413,9 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--pp", f.pp, "prompt tokens of the prompt-processing test (0: skip)")->capture_default_str();
   cmd->add_option("--tg", f.tg, "tokens generated per sequence in the decode tests (0: skip)")->capture_default_str();
   cmd->add_option("--batch", f.batch, "batch sizes of the batched decode tests, comma separated (0: none)")->capture_default_str();
+  cmd->add_option("--cpu-kernels", f.cpu_kernels,
+                  "contract of quantized kernels: reference | fast (default: the plan's)")
+      ->check(CLI::IsMember({"reference", "fast"}));
   cmd->add_flag("--json", f.json, "print the results as JSON instead of a table");
   cmd->add_option("--json-out", f.json_out, "also write the JSON results to FILE");
   cmd->add_option("--baseline", f.baseline, "a previous --json result: print each figure's change in %");

@@ -16,5 +16,6 @@ struct Subcommand {
 Subcommand add_serve_command(CLI::App& app);        // llmrt serve PLAN|MODEL
 Subcommand add_bench_serve_command(CLI::App& app);  // llmrt bench-serve --url URL | --plan PLAN
 Subcommand add_bench_command(CLI::App& app);        // llmrt bench PLAN (tools/llmrt_bench.cc)
+Subcommand add_eval_command(CLI::App& app);         // llmrt eval PLAN (tools/llmrt_eval.cc)
 
 }  // namespace llmrt_tools

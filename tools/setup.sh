@@ -14,7 +14,7 @@ BUILD=${LLMC_BUILD_DIR:-$ROOT/build}
 CACHE=${LLMC_CACHE:-$ROOT/.cache}
 JOBS=${JOBS:-$(nproc)}
 RUN=1
-PROMPT="What is the capital of France?"
+PROMPT="What is the capital of France? Answer in one sentence."
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-run) RUN=0 ;;

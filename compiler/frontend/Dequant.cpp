@@ -61,6 +61,8 @@ int64_t blockElements(SourceDType type) {
   case SourceDType::Q4_0:
   case SourceDType::Q4_1:
     return 32;
+  case SourceDType::Packed:
+    return 1;
   }
   return 1;
 }
@@ -78,6 +80,8 @@ int64_t blockBytes(SourceDType type) {
     return 18;
   case SourceDType::Q4_1:
     return 20;
+  case SourceDType::Packed:
+    return -1;
   }
   return 4;
 }
@@ -173,6 +177,8 @@ llmrt::Status dequantize(SourceDType type, const uint8_t *src, size_t srcBytes,
   case SourceDType::Q4_1:
     dequantizeQ4_1(src, blocks, out);
     break;
+  case SourceDType::Packed:
+    return llmrt::invalid_argument("a packed quantized tensor is converted by its source");
   }
   return llmrt::ok_status();
 }

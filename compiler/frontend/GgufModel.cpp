@@ -125,6 +125,57 @@ public:
     return llmrt::ok_status();
   }
 
+  std::optional<llmrt::quant::Format>
+  nativeFormat(std::string_view name) const override {
+    auto it = entries_.find(std::string(name));
+    if (it == entries_.end() || it->second.info->dims.size() != 2)
+      return std::nullopt;
+    // ggml's blocks of 32 with an f16 scale are our g32 formats bit for bit
+    // (runtime/quant/quant_format.h).
+    llmrt::quant::Format f;
+    f.group = 32;
+    f.scale = llmrt::quant::ScaleType::kF16;
+    switch (it->second.dtype) {
+    case SourceDType::Q8_0:
+      f.bits = 8;
+      f.offset = llmrt::quant::Offset::kSym;
+      return f;
+    case SourceDType::Q4_0:
+      f.bits = 4;
+      f.offset = llmrt::quant::Offset::kSym;
+      return f;
+    case SourceDType::Q4_1:
+      f.bits = 4;
+      f.offset = llmrt::quant::Offset::kMin;
+      return f;
+    default:
+      return std::nullopt;
+    }
+  }
+
+  Status readPacked(std::string_view name, uint8_t *out) const override {
+    auto format = nativeFormat(name);
+    if (!format)
+      return TensorSource::readPacked(name, out);
+    const Entry &e = entries_.find(std::string(name))->second;
+    const GgufTensorInfo &info = *e.info;
+    const int64_t rows = info.dims.back();
+    const int64_t rowElems = rows == 0 ? 0 : info.numElements / rows;
+    auto rb = llmrt::quant::row_bytes(*format, rowElems);
+    if (!rb.ok() || *rb * rows != static_cast<int64_t>(info.numBytes))
+      return llmrt::invalid_argument(file_->name() + ": tensor '" + info.name +
+                                     "': " + std::to_string(info.numBytes) +
+                                     " bytes do not hold " + std::to_string(rows) +
+                                     " rows of " + std::to_string(rowElems) + " " +
+                                     sourceDTypeName(e.dtype) + " elements");
+    const uint8_t *src = file_->tensorData(info);
+    for (int64_t hfRow = 0; hfRow < rows; ++hfRow) {
+      int64_t g = e.permuteHeadDim ? ggufRowForHfRow(hfRow, e.permuteHeadDim) : hfRow;
+      std::memcpy(out + hfRow * *rb, src + g * *rb, static_cast<size_t>(*rb));
+    }
+    return llmrt::ok_status();
+  }
+
   const GgufFile &file() const { return *file_; }
 
 private:

@@ -2,6 +2,7 @@
 
 #include "compiler/frontend/HfModel.h"
 
+#include "compiler/frontend/QuantCheckpoint.h"
 #include "compiler/frontend/Safetensors.h"
 
 #include <nlohmann/json.hpp>
@@ -434,20 +435,34 @@ StatusOr<LoadedModel> loadHfModel(const std::string &dirIn) {
                                 std::to_string(id) + " is outside the vocabulary");
   }
 
+  // GPTQ/AWQ: their int32 tensors are read raw and shown as X.weight.
+  ASSIGN_OR_RETURN(std::optional<QuantConfig> quant,
+                   parseQuantConfig(configText, configPath));
+  const bool keepInt32 = quant.has_value();
   std::unique_ptr<SafetensorsSource> source;
   if (isFile(dir + "/model.safetensors")) {
-    ASSIGN_OR_RETURN(source, SafetensorsSource::openFile(dir + "/model.safetensors"));
+    ASSIGN_OR_RETURN(source, SafetensorsSource::openFile(
+                                 dir + "/model.safetensors", keepInt32));
   } else if (isFile(dir + "/model.safetensors.index.json")) {
     ASSIGN_OR_RETURN(source, SafetensorsSource::openIndex(
-                                 dir + "/model.safetensors.index.json"));
+                                 dir + "/model.safetensors.index.json", keepInt32));
   } else {
     return llmrt::not_found(dir + ": no model.safetensors or "
                                   "model.safetensors.index.json");
   }
-  Status st = validateModelTensors(model.config, *source);
+  std::unique_ptr<TensorSource> tensors;
+  if (quant) {
+    auto q = QuantCheckpointSource::create(std::move(source), *quant);
+    if (!q.ok())
+      return q.status().with_context(dir);
+    tensors = std::move(q).value();
+  } else {
+    tensors = std::move(source);
+  }
+  Status st = validateModelTensors(model.config, *tensors);
   if (!st.ok())
     return st.with_context(dir);
-  model.tensors = std::move(source);
+  model.tensors = std::move(tensors);
   return model;
 }
 

@@ -22,6 +22,7 @@ const char *sourceDTypeName(SourceDType type) {
   case SourceDType::Q8_0: return "Q8_0";
   case SourceDType::Q4_0: return "Q4_0";
   case SourceDType::Q4_1: return "Q4_1";
+  case SourceDType::Packed: return "packed";
   }
   return "?";
 }

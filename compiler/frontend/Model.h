@@ -9,6 +9,7 @@
 #pragma once
 
 #include "runtime/base/status.h"
+#include "runtime/quant/quant_format.h"
 #include "runtime/tokenizer/tokenizer_data.h"
 
 #include <cstdint>
@@ -21,7 +22,9 @@
 namespace llmc {
 
 /// Element types a checkpoint tensor may be stored in.
-enum class SourceDType { F32, F16, BF16, Q8_0, Q4_0, Q4_1 };
+/// Packed: a quantized linear weight assembled from several checkpoint tensors
+/// (GPTQ/AWQ qweight/qzeros/scales/g_idx); read through readF32/readPacked only.
+enum class SourceDType { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Packed };
 
 /// "F32", "Q4_1", ...
 const char *sourceDTypeName(SourceDType type);
@@ -45,6 +48,19 @@ public:
   /// Converts tensor `name` to f32 (dequantizing, undoing GGUF's llama Q/K
   /// row permutation) into out[numel].
   virtual llmrt::Status readF32(std::string_view name, float *out) const = 0;
+  /// The quantized format the plan can keep tensor `name` in without
+  /// requantization (its cpu_row_groups bytes, see runtime/quant/quant_format.h),
+  /// or nullopt for float tensors and layouts only readF32 can convert.
+  virtual std::optional<llmrt::quant::Format>
+  nativeFormat(std::string_view name) const {
+    return std::nullopt;
+  }
+  /// Writes tensor `name` ([n, k], Hugging Face row order) as cpu_row_groups
+  /// bytes of nativeFormat(name): n * row_bytes(format, k) bytes, bit-exact.
+  virtual llmrt::Status readPacked(std::string_view name, uint8_t *out) const {
+    return llmrt::unimplemented("tensor '" + std::string(name) +
+                                "' has no packed form");
+  }
 };
 
 struct RopeScaling {

@@ -249,16 +249,16 @@ parseSafetensorsIndex(std::string_view text, const std::string &where) {
 }
 
 StatusOr<std::unique_ptr<SafetensorsSource>>
-SafetensorsSource::openFile(const std::string &path) {
+SafetensorsSource::openFile(const std::string &path, bool keepInt32) {
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                    SafetensorsFile::open(path));
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   files.push_back(std::move(file));
-  return fromFiles(std::move(files));
+  return fromFiles(std::move(files), keepInt32);
 }
 
 StatusOr<std::unique_ptr<SafetensorsSource>>
-SafetensorsSource::openIndex(const std::string &indexPath) {
+SafetensorsSource::openIndex(const std::string &indexPath, bool keepInt32) {
   ASSIGN_OR_RETURN(std::string text, readTextFile(indexPath));
   ASSIGN_OR_RETURN(auto weightMap, parseSafetensorsIndex(text, indexPath));
   std::string folder;
@@ -281,15 +281,17 @@ SafetensorsSource::openIndex(const std::string &indexPath) {
       return invalid_argument(indexPath + ": weight_map puts tensor " +
                               quoteName(tensor) + " in shard " + quoteName(shard) +
                               ", which does not contain it");
-  return fromFiles(std::move(files));
+  return fromFiles(std::move(files), keepInt32);
 }
 
 StatusOr<std::unique_ptr<SafetensorsSource>>
-SafetensorsSource::fromFiles(std::vector<std::unique_ptr<SafetensorsFile>> files) {
+SafetensorsSource::fromFiles(std::vector<std::unique_ptr<SafetensorsFile>> files,
+                             bool keepInt32) {
   std::unique_ptr<SafetensorsSource> source(new SafetensorsSource());
   for (const auto &file : files) {
     for (const SafetensorsTensor &t : file->tensors()) {
       SourceDType dtype;
+      bool listed = true;
       switch (t.dtype) {
       case SafetensorsDType::F32:
         dtype = SourceDType::F32;
@@ -300,6 +302,13 @@ SafetensorsSource::fromFiles(std::vector<std::unique_ptr<SafetensorsFile>> files
       case SafetensorsDType::BF16:
         dtype = SourceDType::BF16;
         break;
+      case SafetensorsDType::I32:
+        if (keepInt32) { // raw quantized data, see raw()
+          dtype = SourceDType::F32;
+          listed = false;
+          break;
+        }
+        [[fallthrough]];
       default:
         return invalid_argument(file->name() + ": tensor " + quoteName(t.name) +
                                 " has dtype " + safetensorsDTypeName(t.dtype) +
@@ -310,7 +319,8 @@ SafetensorsSource::fromFiles(std::vector<std::unique_ptr<SafetensorsFile>> files
       if (!inserted)
         return invalid_argument("tensor " + quoteName(t.name) + " appears in both " +
                                 it->second.file->name() + " and " + file->name());
-      source->tensors_.push_back(SourceTensor{t.name, dtype, t.shape});
+      if (listed)
+        source->tensors_.push_back(SourceTensor{t.name, dtype, t.shape});
     }
   }
   source->files_ = std::move(files);
@@ -322,6 +332,11 @@ Status SafetensorsSource::readF32(std::string_view name, float *out) const {
   if (it == locations_.end())
     return llmrt::not_found("no tensor " + quoteName(name) + " in the checkpoint");
   const SafetensorsTensor &t = *it->second.tensor;
+  if (t.dtype != SafetensorsDType::F32 && t.dtype != SafetensorsDType::F16 &&
+      t.dtype != SafetensorsDType::BF16)
+    return invalid_argument(it->second.file->name() + ": tensor " + quoteName(name) +
+                            " has dtype " + safetensorsDTypeName(t.dtype) +
+                            " and cannot be read as floats");
   SourceDType dtype = t.dtype == SafetensorsDType::F32   ? SourceDType::F32
                       : t.dtype == SafetensorsDType::F16 ? SourceDType::F16
                                                          : SourceDType::BF16;
@@ -330,6 +345,23 @@ Status SafetensorsSource::readF32(std::string_view name, float *out) const {
   if (!st.ok())
     return st.with_context(it->second.file->name() + ": tensor " + quoteName(name));
   return st;
+}
+
+std::optional<SafetensorsSource::Raw>
+SafetensorsSource::raw(std::string_view name) const {
+  auto it = locations_.find(std::string(name));
+  if (it == locations_.end())
+    return std::nullopt;
+  return Raw{it->second.tensor, it->second.file->tensorData(*it->second.tensor),
+             &it->second.file->name()};
+}
+
+std::vector<std::string> SafetensorsSource::allNames() const {
+  std::vector<std::string> names;
+  for (const auto &file : files_)
+    for (const SafetensorsTensor &t : file->tensors())
+      names.push_back(t.name);
+  return names;
 }
 
 } // namespace llmc

@@ -74,22 +74,37 @@ llmrt::StatusOr<std::map<std::string, std::string>>
 parseSafetensorsIndex(std::string_view json, const std::string &whereForErrors);
 
 /// A TensorSource over one or several safetensors files. Only F32, F16 and
-/// BF16 tensors are accepted.
+/// BF16 tensors are accepted, unless `keepInt32` is set: then I32 tensors
+/// (the qweight/qzeros/g_idx of GPTQ and AWQ checkpoints) are accepted too,
+/// kept out of tensors() and readable only through raw().
 class SafetensorsSource : public TensorSource {
 public:
   /// One file (model.safetensors).
   static llmrt::StatusOr<std::unique_ptr<SafetensorsSource>>
-  openFile(const std::string &path);
+  openFile(const std::string &path, bool keepInt32 = false);
   /// A sharded checkpoint: the index's weight_map names the shards, which
   /// are opened from the index's folder.
   static llmrt::StatusOr<std::unique_ptr<SafetensorsSource>>
-  openIndex(const std::string &indexPath);
+  openIndex(const std::string &indexPath, bool keepInt32 = false);
   /// Tensors of already parsed files; a name in two files is an error.
   static llmrt::StatusOr<std::unique_ptr<SafetensorsSource>>
-  fromFiles(std::vector<std::unique_ptr<SafetensorsFile>> files);
+  fromFiles(std::vector<std::unique_ptr<SafetensorsFile>> files,
+            bool keepInt32 = false);
 
   const std::vector<SourceTensor> &tensors() const override { return tensors_; }
   llmrt::Status readF32(std::string_view name, float *out) const override;
+
+  /// A stored tensor's header entry and bytes, whatever its dtype.
+  struct Raw {
+    const SafetensorsTensor *tensor;
+    const uint8_t *data; // tensor->end - tensor->begin bytes
+    const std::string *fileName;
+  };
+  /// Any tensor of the files by name (float or I32), or nullopt.
+  std::optional<Raw> raw(std::string_view name) const;
+  /// Names of every tensor in the files, I32 ones included, file by file in
+  /// data order.
+  std::vector<std::string> allNames() const;
 
 private:
   SafetensorsSource() = default;

@@ -8,8 +8,35 @@
 namespace llmrt::cpu {
 namespace {
 
+constexpr int kMaxHeadDim = 1024;  // the executor rejects larger heads
+
+inline int64_t slot_row(const KvLayer& kv, int64_t block, int64_t offset, int head) {
+  return (block * kv.num_kv_heads + head) * kv.block_size + offset;
+}
+
 inline int64_t slot_offset(const KvLayer& kv, int64_t block, int64_t offset, int head) {
-  return ((block * kv.num_kv_heads + head) * kv.block_size + offset) * kv.head_dim;
+  return slot_row(kv, block, offset, head) * kv.head_dim;
+}
+
+// One head row of an int8 cache.
+void store_row_i8(const float* x, int hd, int8_t* codes, float* scale) {
+  float amax = 0.0f;
+  for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(x[d]));
+  const float s = amax / 127.0f;
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int d = 0; d < hd; ++d) codes[d] = static_cast<int8_t>(std::lrint(x[d] * inv));
+  *scale = s;
+}
+
+// The f32 row of K or V at (block, offset, head): in place for f32, dequantized into tmp for int8.
+inline const float* kv_row(const KvLayer& kv, bool is_k, int64_t block, int64_t offset, int head,
+                           float* tmp) {
+  if (!kv.k8) return (is_k ? kv.k : kv.v) + slot_offset(kv, block, offset, head);
+  const int64_t row = slot_row(kv, block, offset, head);
+  const int8_t* c = (is_k ? kv.k8 : kv.v8) + row * kv.head_dim;
+  const float s = (is_k ? kv.ks : kv.vs)[row];
+  for (int d = 0; d < kv.head_dim; ++d) tmp[d] = static_cast<float>(c[d]) * s;
+  return tmp;
 }
 
 }  // namespace
@@ -24,9 +51,17 @@ void kv_store(const float* k, const float* v, int64_t rows, const int64_t* slots
       if (slot < 0) continue;
       const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
       for (int h = 0; h < kv.num_kv_heads; ++h) {
+        const float* kx = k + t * width + static_cast<int64_t>(h) * kv.head_dim;
+        const float* vx = v + t * width + static_cast<int64_t>(h) * kv.head_dim;
+        if (kv.k8) {
+          const int64_t row = slot_row(kv, block, off, h);
+          store_row_i8(kx, kv.head_dim, kv.k8 + row * kv.head_dim, kv.ks + row);
+          store_row_i8(vx, kv.head_dim, kv.v8 + row * kv.head_dim, kv.vs + row);
+          continue;
+        }
         const int64_t dst = slot_offset(kv, block, off, h);
-        std::memcpy(kv.k + dst, k + t * width + static_cast<int64_t>(h) * kv.head_dim, bytes);
-        std::memcpy(kv.v + dst, v + t * width + static_cast<int64_t>(h) * kv.head_dim, bytes);
+        std::memcpy(kv.k + dst, kx, bytes);
+        std::memcpy(kv.v + dst, vx, bytes);
       }
     }
   });
@@ -56,9 +91,10 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
           batch.block_tables + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
       const float* qh = q + t * width + static_cast<int64_t>(h) * hd;
       const int kvh = h / group;
+      float tmp[kMaxHeadDim];
       float mx = -INFINITY;
       for (int64_t j = lo; j <= p; ++j) {
-        const float* kj = kv.k + slot_offset(kv, table[j / bs], j % bs, kvh);
+        const float* kj = kv_row(kv, true, table[j / bs], j % bs, kvh, tmp);
         const float sc = dot(qh, kj, hd) * scale;
         scores[j - lo] = sc;
         mx = std::max(mx, sc);
@@ -71,7 +107,7 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
       }
       std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
       for (int64_t j = lo; j <= p; ++j) {
-        const float* vj = kv.v + slot_offset(kv, table[j / bs], j % bs, kvh);
+        const float* vj = kv_row(kv, false, table[j / bs], j % bs, kvh, tmp);
         axpy(scores[j - lo], vj, o, hd);
       }
       const float inv = 1.0f / sum;

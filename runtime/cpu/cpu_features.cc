@@ -8,7 +8,10 @@ namespace {
 CpuIsa probe() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::kAvx2;
+  // F16C comes with every AVX2 CPU; the quantized kernels decode f16 scales with it.
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return CpuIsa::kAvx2;
 #endif
   return CpuIsa::kScalar;
 }

@@ -22,6 +22,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/quant/quant_format.h"
 
 namespace llmrt::cpu {
 
@@ -68,6 +69,87 @@ void split(const float* x, int64_t rows, int64_t width, std::span<const int64_t>
 void linear(const float* x, const int32_t* rows, int64_t num_rows, int64_t k, const float* w,
             int64_t n, const float* bias, float* y, ThreadPool& pool);
 
+/// One thread's share of linear(): rows t0..t1 of x against the ncols weight rows at w; y points
+/// at output column 0 of the range with row stride y_stride; bias at its first entry or null.
+void linear_range(const float* x, const int32_t* rows, int64_t t0, int64_t t1, int64_t k,
+                  const float* w, int64_t ncols, const float* bias, float* y, int64_t y_stride);
+
+/// How linear kernels share work: threads take contiguous ranges of output columns (16 at a
+/// time); with fewer column blocks than threads (tiny n) they take token ranges instead. Neither
+/// splits a dot product. body(t0, t1, n0, n1, worker).
+template <typename Body>
+void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& body) {
+  constexpr int64_t kUnit = 16;
+  const int64_t units = (n + kUnit - 1) / kUnit;
+  if (units >= pool.num_threads() || num_rows == 1) {
+    pool.parallel_for(units, [&](int64_t b, int64_t e, int worker) {
+      body(0, num_rows, b * kUnit, e * kUnit < n ? e * kUnit : n, worker);
+    });
+  } else {
+    pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int worker) { body(b, e, 0, n, worker); });
+  }
+}
+
+// ---- quant_linear.cc: linear over quantized weights (runtime/quant/quant_format.h) ----
+//
+// Two numerical contracts; the plan records which one it was compiled for (--cpu-kernels):
+//  * reference: each weight row is dequantized to f32 (exactly: quant_format.h), then the f32
+//    linear above runs, so the results are bit-identical to a plan holding the dequantized
+//    weights as f32.
+//  * fast (llama.cpp's way): activations are quantized per block of 32 to int8 on the fly,
+//      amax = max |x_i|, d = amax / 127, id = d != 0 ? 1 / d : 0, q_i = lrint(x_i * id)
+//      (round to nearest even), s = d * float(sum q_i);
+//    against weight group codes c_i (sym int4: nibble - 8; sym int8: the int8; zp: q - z;
+//    min: q) each block b gives eight exact integer lane sums p_{b,l} = sum over i in 4l..4l+3
+//    of c_i * q_i; in block order acc_l = fma(dw * dx_b, float(p_{b,l}), acc_l) and, for min
+//    formats, msum = fma(m, s_b, msum); y = (hsum(acc) in the canonical order of dot()) + msum,
+//    then + bias. The scalar implementation is the oracle; the SIMD ones are bit-identical.
+//  Threads split output columns or tokens only (split_linear_work), so a row's result never
+//  depends on the batch.
+
+enum class CpuContract : uint8_t { kReference = 0, kFast = 1 };
+const char* contract_name(CpuContract c);
+StatusOr<CpuContract> parse_contract(std::string_view name);
+
+/// A quantized [n, k] matrix in the cpu_row_groups layout.
+struct QuantMatrix {
+  const uint8_t* data = nullptr;
+  quant::Format format;
+  int64_t n = 0, k = 0;
+  int64_t row_bytes = 0;
+};
+
+/// Scratch of the quantized kernels, sized once (ensure) so the decode loop never allocates.
+class QuantScratch {
+ public:
+  /// Makes room for `rows` activation rows of width up to k_max and `threads` workers.
+  void ensure(int64_t rows, int64_t k_max, int threads);
+  int8_t* qx = nullptr;     // [rows, k] int8 activations
+  float* dx = nullptr;      // [rows, k / 32] block scales
+  float* sx = nullptr;      // [rows, k / 32] d * sum(q)
+  float* deq = nullptr;     // per thread: kDeqRows rows of k floats (reference contract)
+  static constexpr int64_t kDeqRows = 16;
+  int64_t rows_cap = 0, k_cap = 0;
+  int threads_cap = 0;
+
+ private:
+  std::vector<int8_t> qx_;
+  std::vector<float> dx_, sx_, deq_;
+};
+
+/// y[t, :] = x[r(t), :] . dequant(w)^T + bias under `contract` (see above).
+void linear_q(const float* x, const int32_t* rows, int64_t num_rows, const QuantMatrix& w,
+              const float* bias, float* y, CpuContract contract, QuantScratch& scratch,
+              ThreadPool& pool);
+/// out[t, :] = dequantized row tokens[t] of the [vocab, dim] table.
+void embedding_q(const int32_t* tokens, int64_t num_tokens, const QuantMatrix& table, float* out,
+                 ThreadPool& pool);
+
+/// Test hooks: the fast contract's activation quantization and one output element, scalar.
+void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s);
+float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, const float* dx,
+                        const float* sx);
+
 // ---- logits.cc ----
 
 /// out[i, :] = x[indices[i], :] . w^T for i < num_indices; w is [vocab, dim].
@@ -100,9 +182,16 @@ void rope(const float* x, int64_t rows, int num_heads, int head_dim, const int32
 
 /// One layer of the paged KV cache, layout block_head_slot_dim:
 /// [num_blocks, num_kv_heads, block_size, head_dim].
+/// With an int8 cache (k8/v8 set, k/v null) every (block, head, slot) row of head_dim codes has
+/// one f32 scale in ks/vs ([num_blocks, num_kv_heads, block_size]): value = code * scale, the
+/// scale amax / 127 of that row alone, so a later token never overflows an earlier scale.
 struct KvLayer {
   float* k = nullptr;
   float* v = nullptr;
+  int8_t* k8 = nullptr;
+  int8_t* v8 = nullptr;
+  float* ks = nullptr;
+  float* vs = nullptr;
   int64_t num_blocks = 0;
   int num_kv_heads = 0;
   int block_size = 0;
@@ -110,6 +199,7 @@ struct KvLayer {
 };
 
 /// K/V[slot] = k/v[t] for every t with slots[t] >= 0. k, v are [rows, num_kv_heads * head_dim].
+/// int8 cache: each head's row is stored as codes lrint(x / s), s = amax / 127 (0 for all-zero).
 void kv_store(const float* k, const float* v, int64_t rows, const int64_t* slots,
               const KvLayer& kv, ThreadPool& pool);
 
@@ -121,7 +211,8 @@ struct AttentionBatch {
   int32_t max_blocks_per_seq = 0;
 };
 
-/// Causal GQA over the paged cache: row t of sequence s at position p attends to positions
+/// Causal GQA over the paged cache (int8 caches are dequantized row by row, code * scale, then
+/// follow the same f32 order): row t of sequence s at position p attends to positions
 /// max(0, p - window + 1) .. p (window 0 = all), head h reads kv head h / (num_heads / kv heads).
 /// q and out are [rows, num_heads * head_dim]. scratch holds pool.num_threads() * scratch_stride
 /// floats with scratch_stride >= the longest attended span.

@@ -4,24 +4,13 @@
 
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/reduce.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define LLMRT_HAVE_X86 1
-#endif
 
 namespace llmrt::cpu {
 namespace {
 
 // ---------------- scalar: the executable statement of the contract ----------------
-
-inline float reduce8(const float acc[8]) {
-  float s4[4];
-  for (int l = 0; l < 4; ++l) s4[l] = acc[l] + acc[l + 4];
-  float s0 = s4[0] + s4[2];
-  float s1 = s4[1] + s4[3];
-  return s0 + s1;
-}
 
 float dot_scalar(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -37,29 +26,21 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
+// Rows t0..t1 of x against ncols weight rows starting at w; y points at output column 0 of the
+// range (row stride y_stride), bias at its first entry.
 void linear_scalar(const float* x, const int32_t* rows, int64_t t0, int64_t t1, int64_t k,
-                   const float* w, int64_t n, int64_t n0, int64_t n1, const float* bias,
-                   float* y) {
+                   const float* w, int64_t ncols, const float* bias, float* y, int64_t y_stride) {
   for (int64_t t = t0; t < t1; ++t) {
     const float* xr = x + (rows ? rows[t] : t) * k;
-    for (int64_t j = n0; j < n1; ++j) {
+    for (int64_t j = 0; j < ncols; ++j) {
       float s = dot_scalar(xr, w + j * k, k);
-      y[t * n + j] = bias ? s + bias[j] : s;
+      y[t * y_stride + j] = bias ? s + bias[j] : s;
     }
   }
 }
 
 // ---------------- AVX2 + FMA ----------------
 #ifdef LLMRT_HAVE_X86
-
-#define LLMRT_AVX2 __attribute__((target("avx2,fma")))
-
-LLMRT_AVX2 inline float hsum_canonical(__m256 acc) {
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));      // [s4_0+s4_2, s4_1+s4_3, ..]
-  __m128 s = _mm_add_ss(s2, _mm_movehdup_ps(s2));          // s2_0 + s2_1
-  return _mm_cvtss_f32(s);
-}
 
 LLMRT_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
@@ -111,28 +92,28 @@ LLMRT_AVX2 inline void tile_avx2(const float* const* xr, const float* w, int64_t
 }
 
 LLMRT_AVX2 void linear_avx2(const float* x, const int32_t* rows, int64_t t0, int64_t t1,
-                            int64_t k, const float* w, int64_t n, int64_t n0, int64_t n1,
-                            const float* bias, float* y) {
+                            int64_t k, const float* w, int64_t ncols, const float* bias, float* y,
+                            int64_t ys) {
   constexpr int64_t kRowChunk = 64;  // output rows whose weights stay in L2 across tokens
   auto xrow = [&](int64_t t) { return x + (rows ? rows[t] : t) * k; };
-  for (int64_t nc = n0; nc < n1; nc += kRowChunk) {
-    const int64_t ne = std::min(nc + kRowChunk, n1);
+  for (int64_t nc = 0; nc < ncols; nc += kRowChunk) {
+    const int64_t ne = std::min(nc + kRowChunk, ncols);
     int64_t t = t0;
     for (; t + 3 <= t1; t += 3) {
       const float* xr[3] = {xrow(t), xrow(t + 1), xrow(t + 2)};
       int64_t j = nc;
       for (; j + 4 <= ne; j += 4)
-        tile_avx2<3, 4>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * n + j, n);
+        tile_avx2<3, 4>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * ys + j, ys);
       for (; j < ne; ++j)
-        tile_avx2<3, 1>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * n + j, n);
+        tile_avx2<3, 1>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * ys + j, ys);
     }
     for (; t < t1; ++t) {
       const float* xr[1] = {xrow(t)};
       int64_t j = nc;
       for (; j + 8 <= ne; j += 8)
-        tile_avx2<1, 8>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * n + j, n);
+        tile_avx2<1, 8>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * ys + j, ys);
       for (; j < ne; ++j)
-        tile_avx2<1, 1>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * n + j, n);
+        tile_avx2<1, 1>(xr, w + j * k, k, bias ? bias + j : nullptr, y + t * ys + j, ys);
     }
   }
 }
@@ -163,28 +144,21 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   axpy_scalar(a, x, y, n);
 }
 
+void linear_range(const float* x, const int32_t* rows, int64_t t0, int64_t t1, int64_t k,
+                  const float* w, int64_t ncols, const float* bias, float* y, int64_t y_stride) {
+#ifdef LLMRT_HAVE_X86
+  if (use_avx2()) return linear_avx2(x, rows, t0, t1, k, w, ncols, bias, y, y_stride);
+#endif
+  linear_scalar(x, rows, t0, t1, k, w, ncols, bias, y, y_stride);
+}
+
 void linear(const float* x, const int32_t* rows, int64_t num_rows, int64_t k, const float* w,
             int64_t n, const float* bias, float* y, ThreadPool& pool) {
   if (num_rows <= 0 || n <= 0) return;
-  const bool avx2 = use_avx2();
-  // Threads take contiguous ranges of output columns (16 at a time); with fewer column blocks
-  // than threads (tiny n) they take token ranges instead. Neither splits a dot product.
-  constexpr int64_t kUnit = 16;
-  const int64_t units = (n + kUnit - 1) / kUnit;
-  auto body = [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1) {
-#ifdef LLMRT_HAVE_X86
-    if (avx2) return linear_avx2(x, rows, t0, t1, k, w, n, n0, n1, bias, y);
-#endif
-    (void)avx2;
-    linear_scalar(x, rows, t0, t1, k, w, n, n0, n1, bias, y);
+  auto body = [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int) {
+    linear_range(x, rows, t0, t1, k, w + n0 * k, n1 - n0, bias ? bias + n0 : nullptr, y + n0, n);
   };
-  if (units >= pool.num_threads() || num_rows == 1) {
-    pool.parallel_for(units, [&](int64_t b, int64_t e, int) {
-      body(0, num_rows, b * kUnit, std::min(e * kUnit, n));
-    });
-  } else {
-    pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int) { body(b, e, 0, n); });
-  }
+  split_linear_work(num_rows, n, pool, body);
 }
 
 }  // namespace llmrt::cpu

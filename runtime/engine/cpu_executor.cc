@@ -30,6 +30,8 @@ struct CpuExecutor::Step {
   std::vector<int> in, out;     // value ids
   const float* w = nullptr;     // main weight
   const float* bias = nullptr;  // optional second weight
+  bool quantized = false;       // main weight is qw (cpu_row_groups), not w
+  cpu::QuantMatrix qw;
   int64_t k = 0, n = 0;         // linear/logits: in, out widths; norms: dim, group
   float eps = 0.0f, scale = 1.0f;
   int layer = 0, num_heads = 0, head_dim = 0, window = 0;
@@ -71,8 +73,19 @@ CpuExecutor::~CpuExecutor() = default;
 int CpuExecutor::num_threads() const { return pool_->num_threads(); }
 
 size_t CpuExecutor::workspace_bytes() const {
+  size_t quant = 0;
+  if (quant_scratch_) {
+    const cpu::QuantScratch& q = *quant_scratch_;
+    const size_t blocks = static_cast<size_t>(q.rows_cap) * (q.k_cap / quant::kSubBlock + 1);
+    quant = static_cast<size_t>(q.rows_cap * q.k_cap) + 2 * blocks * sizeof(float) +
+            static_cast<size_t>(q.threads_cap) * cpu::QuantScratch::kDeqRows * q.k_cap * sizeof(float);
+  }
   return arena_bytes_ + attn_scratch_.size() * sizeof(float) +
-         seq_of_row_.size() * sizeof(int32_t);
+         seq_of_row_.size() * sizeof(int32_t) + quant;
+}
+
+const char* CpuExecutor::cpu_kernels() const {
+  return cpu::contract_name(static_cast<cpu::CpuContract>(contract_));
 }
 
 StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Plan& plan,
@@ -99,9 +112,10 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     return invalid_argument("KV spec has bad sizes (layers " + str(kv->num_layers()) +
                             ", kv heads " + str(kv->num_kv_heads()) + ", head_dim " +
                             str(kv->head_dim()) + ", block_size " + str(kv->block_size()) + ")");
-  if (kv->dtype() != fb::DType::F32)
+  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8)
     return unimplemented(std::string("KV cache dtype ") + fb::EnumNameDType(kv->dtype()) +
-                         " (the CPU backend supports F32)");
+                         " (the CPU backend supports F32 and I8)");
+  kv_i8_ = kv->dtype() == fb::DType::I8;
   if (kv->layout() && kv->layout()->size() != 0 && kv->layout()->str() != "block_head_slot_dim")
     return unimplemented("KV cache layout '" + kv->layout()->str() + "'");
   num_layers_ = kv->num_layers();
@@ -180,6 +194,16 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     v.in_arena = true;
   }
 
+  // Numerical contract of quantized kernels: the option, else the plan's.
+  {
+    std::string c = opt.cpu_kernels;
+    if (c.empty() && p.cpu_kernels()) c = p.cpu_kernels()->str();
+    if (c.empty()) c = "reference";
+    StatusOr<cpu::CpuContract> contract = cpu::parse_contract(c);
+    if (!contract.ok()) return contract.status();
+    contract_ = static_cast<uint8_t>(*contract);
+  }
+
   // Steps.
   const int num_steps = prog->steps() ? static_cast<int>(prog->steps()->size()) : 0;
   if (num_steps == 0) return invalid_argument("forward program has no steps");
@@ -200,12 +224,22 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
                                              : std::max(1u, std::thread::hardware_concurrency());
     const long double need =
         static_cast<long double>(arena_bytes_) +
-        static_cast<long double>(num_kv_heads_) * block_size_ * head_dim_ * num_kv_blocks_ * 2 * num_layers_ * 4 +
+        static_cast<long double>(num_kv_heads_) * block_size_ * num_kv_blocks_ * 2 * num_layers_ *
+            (kv_i8_ ? head_dim_ + 4 : head_dim_ * 4) +
         static_cast<long double>(threads) * max_model_len_ * 4;
     if (need > static_cast<long double>(opt.max_memory_bytes))
       return resource_exhausted("the plan needs " + str(static_cast<int64_t>(std::min<long double>(need, 9e18))) +
                                 " bytes of workspace and KV cache, more than the limit of " +
                                 str(static_cast<int64_t>(opt.max_memory_bytes)) + " bytes");
+  }
+  int64_t quant_k_max = 0;
+  for (const Step& st : steps_)
+    if (st.quantized && st.op != fb::OpKind::Embedding) quant_k_max = std::max(quant_k_max, st.k);
+  if (quant_k_max > 0) {
+    quant_scratch_ = std::make_unique<cpu::QuantScratch>();
+    const int threads = opt.threads > 0 ? opt.threads
+                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    quant_scratch_->ensure(max_tokens_, quant_k_max, threads);
   }
   arena_.reset(static_cast<float*>(std::aligned_alloc(64, arena_bytes_)));
   if (!arena_) return resource_exhausted("cannot allocate an arena of " + str(arena_bytes_) + " bytes");
@@ -219,13 +253,18 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   if (kv_floats / num_layers_ / 2 / per_block != static_cast<uint64_t>(num_kv_blocks_) ||
       kv_floats > kMaxKvFloats)
     return resource_exhausted("KV cache of " + str(num_kv_blocks_) + " blocks is too large");
+  // One layer: f32 K then V; int8 K codes, V codes, then K and V scales (one f32 per head row).
+  const uint64_t rows = per_block / head_dim_ * num_kv_blocks_;
+  kv_layer_bytes_ = kv_i8_ ? ((2 * rows * head_dim_ + 63) / 64 * 64 + 2 * rows * sizeof(float) + 63) / 64 * 64
+                           : 2 * rows * head_dim_ * sizeof(float);
+  const uint64_t kv_bytes = kv_layer_bytes_ * num_layers_;
   // Anonymous pages read as zero and are committed on first write, so a large pool costs
   // resident memory only as sequences fill it.
-  void* kv_map = mmap(nullptr, kv_floats * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (kv_map == MAP_FAILED) return resource_exhausted("cannot map a KV cache of " + str(kv_floats * sizeof(float)) + " bytes");
+  void* kv_map = mmap(nullptr, kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (kv_map == MAP_FAILED) return resource_exhausted("cannot map a KV cache of " + str(kv_bytes) + " bytes");
   kv_cache_.reset(static_cast<float*>(kv_map));
-  kv_cache_.get_deleter().bytes = kv_floats * sizeof(float);
-  kv_floats_ = kv_floats;
+  kv_cache_.get_deleter().bytes = kv_bytes;
+  kv_bytes_ = kv_bytes;
   pool_ = std::make_unique<ThreadPool>(opt.threads);
   attn_scratch_.assign(static_cast<size_t>(pool_->num_threads()) * max_model_len_, 0.0f);
   seq_of_row_.assign(max_tokens_, -1);
@@ -319,6 +358,46 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (!*out) return invalid_argument(where + ": weight '" + tname + "' has no data");
     return ok_status();
   };
+  // Weight 0 of a Linear/Logits/Embedding step: F32 [n, k] (n = -1: any) or quantized
+  // (cpu_row_groups of a quant_format.h format).
+  auto matrix = [&](int64_t n, int64_t k) -> Status {
+    if (weights.empty() || weights[0] == -1) return invalid_argument(where + ": missing weight 0");
+    const auto* tensors = plan.fb().tensors();
+    const int ti = weights[0];
+    if (!tensors || ti < 0 || ti >= static_cast<int>(tensors->size()))
+      return invalid_argument(where + ": weight index " + str(ti) + " out of range");
+    const fb::Tensor* t = tensors->Get(ti);
+    if (!t->quant() || t->quant()->size() == 0) return weight(0, {n, k}, &st->w);
+    const std::string tname = t->name() ? t->name()->str() : "?";
+    StatusOr<quant::Format> f = quant::parse_format(t->quant()->str());
+    if (!f.ok()) return f.status().with_context(where + ": weight '" + tname + "'");
+    if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : fb::DType::I4))
+      return invalid_argument(where + ": weight '" + tname + "' has dtype " +
+                              fb::EnumNameDType(t->dtype()) + " but format " + t->quant()->str());
+    if (!t->layout() || t->layout()->str() != quant::kLayoutRowGroups)
+      return unimplemented(where + ": quantized weight '" + tname + "' has layout '" +
+                           (t->layout() ? t->layout()->str() : std::string()) +
+                           "' (the CPU backend reads " + quant::kLayoutRowGroups + ")");
+    const auto* dims = t->shape();
+    if (!dims || dims->size() != 2 || dims->Get(0) <= 0 || (n >= 0 && dims->Get(0) != n) ||
+        dims->Get(1) != k)
+      return invalid_argument(where + ": quantized weight '" + tname + "' does not have shape [" +
+                              (n >= 0 ? str(n) : std::string("?")) + "," + str(k) + "]");
+    StatusOr<int64_t> rb = quant::row_bytes(*f, k);
+    if (!rb.ok()) return rb.status().with_context(where + ": weight '" + tname + "'");
+    const int64_t rows = dims->Get(0);
+    if (rows > (int64_t{1} << 40) / *rb || t->size() != static_cast<uint64_t>(rows * *rb))
+      return invalid_argument(where + ": quantized weight '" + tname + "' has " + str(t->size()) +
+                              " bytes, its shape and format need " + str(rows * *rb));
+    st->qw.data = plan.tensor_data(ti);
+    if (!st->qw.data) return invalid_argument(where + ": weight '" + tname + "' has no data");
+    st->qw.format = *f;
+    st->qw.n = rows;
+    st->qw.k = k;
+    st->qw.row_bytes = *rb;
+    st->quantized = true;
+    return ok_status();
+  };
   auto int_param = [&](const char* key, int64_t* v, bool required = true,
                        int64_t dflt = 0) -> Status {
     const fb::Param* p = find_param(s, key);
@@ -380,8 +459,11 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (layout != "block_head_slot_dim") return unimplemented(where + ": KV layout '" + layout + "'");
     std::string kv_dtype;
     string_param("kv_dtype", &kv_dtype, "f32");
-    if (kv_dtype != "f32" && kv_dtype != "F32")
+    const bool step_i8 = kv_dtype == "int8" || kv_dtype == "I8";
+    if (!step_i8 && kv_dtype != "f32" && kv_dtype != "F32")
       return unimplemented(where + ": kv_dtype '" + kv_dtype + "'");
+    if (step_i8 != kv_i8_)
+      return invalid_argument(where + ": kv_dtype '" + kv_dtype + "' differs from the KV spec's");
     st->layer = static_cast<int>(layer);
     st->head_dim = static_cast<int>(hd);
     return ok_status();
@@ -393,7 +475,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
       if (st->in[0] != token_input_)
         return invalid_argument(where + ": the input must be the program's token input");
       RETURN_IF_ERROR(require_acts({st->out[0]}));
-      RETURN_IF_ERROR(weight(0, {-1, width(st->out[0])}, &st->w));
+      RETURN_IF_ERROR(matrix(-1, width(st->out[0])));
       const fb::Tensor* t = plan.fb().tensors()->Get(weights[0]);
       const int64_t rows = t->shape()->Get(0);
       if (rows > INT32_MAX) return invalid_argument(where + ": embedding table too large");
@@ -433,7 +515,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
       RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
       st->k = width(st->in[0]);
       st->n = width(st->out[0]);
-      RETURN_IF_ERROR(weight(0, {st->n, st->k}, &st->w));
+      RETURN_IF_ERROR(matrix(st->n, st->k));
       return weight(1, {st->n}, &st->bias, /*optional=*/true);
     }
     case fb::OpKind::Split: {
@@ -552,7 +634,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
         return invalid_argument(where + ": the output must be the program's output value");
       st->k = width(st->in[0]);
       st->n = width(st->out[0]);
-      RETURN_IF_ERROR(weight(0, {st->n, st->k}, &st->w));
+      RETURN_IF_ERROR(matrix(st->n, st->k));
       if (st->n > INT32_MAX) return invalid_argument(where + ": vocabulary too large");
       vocab_size_ = static_cast<int>(st->n);
       return ok_status();
@@ -692,7 +774,8 @@ void CpuExecutor::set_profiler(Profiler* profiler) {
     switch (st.op) {
       case fb::OpKind::Linear:
       case fb::OpKind::Logits:
-        detail = str(st.k) + "->" + str(st.n) + (st.bias ? " +bias" : "");
+        detail = str(st.k) + "->" + str(st.n) + (st.bias ? " +bias" : "") +
+                 (st.quantized ? " " + quant::format_name(st.qw.format) : std::string());
         break;
       case fb::OpKind::Split:
         detail = str(st.k) + "->";
@@ -730,8 +813,17 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
       uint64_t{static_cast<uint64_t>(num_kv_blocks_)} * num_kv_heads_ * block_size_ * head_dim_;
   auto kv_layer = [&](int layer) {
     cpu::KvLayer kv;
-    kv.k = kv_cache_.get() + layer_floats * 2 * layer;
-    kv.v = kv.k + layer_floats;
+    uint8_t* base = reinterpret_cast<uint8_t*>(kv_cache_.get()) + kv_layer_bytes_ * layer;
+    if (kv_i8_) {
+      const uint64_t codes = layer_floats;  // one byte per element
+      kv.k8 = reinterpret_cast<int8_t*>(base);
+      kv.v8 = kv.k8 + codes;
+      kv.ks = reinterpret_cast<float*>(base + (2 * codes + 63) / 64 * 64);
+      kv.vs = kv.ks + codes / head_dim_;
+    } else {
+      kv.k = reinterpret_cast<float*>(base);
+      kv.v = kv.k + layer_floats;
+    }
     kv.num_blocks = num_kv_blocks_;
     kv.num_kv_heads = num_kv_heads_;
     kv.block_size = block_size_;
@@ -743,7 +835,10 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
     const int64_t step_begin = prof ? Profiler::now_ns() : 0;
     switch (st.op) {
       case fb::OpKind::Embedding:
-        cpu::embedding(b.tokens.data(), T, st.w, st.n, P(st.out[0]), pool);
+        if (st.quantized)
+          cpu::embedding_q(b.tokens.data(), T, st.qw, P(st.out[0]), pool);
+        else
+          cpu::embedding(b.tokens.data(), T, st.w, st.n, P(st.out[0]), pool);
         break;
       case fb::OpKind::RmsNorm:
         cpu::rms_norm(P(st.in[0]), T, st.k, st.w, st.n, st.eps, P(st.out[0]), pool);
@@ -756,7 +851,11 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
         cpu::add(P(st.in[0]), P(st.in[1]), T, st.k, P(st.out[0]), pool);
         break;
       case fb::OpKind::Linear:
-        cpu::linear(P(st.in[0]), nullptr, T, st.k, st.w, st.n, st.bias, P(st.out[0]), pool);
+        if (st.quantized)
+          cpu::linear_q(P(st.in[0]), nullptr, T, st.qw, st.bias, P(st.out[0]),
+                        static_cast<cpu::CpuContract>(contract_), *quant_scratch_, pool);
+        else
+          cpu::linear(P(st.in[0]), nullptr, T, st.k, st.w, st.n, st.bias, P(st.out[0]), pool);
         break;
       case fb::OpKind::Split: {
         float* outs[64];
@@ -795,7 +894,10 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
                         P(st.out[0]), pool);
         break;
       case fb::OpKind::Logits:
-        if (L > 0)
+        if (L > 0 && st.quantized)
+          cpu::linear_q(P(st.in[0]), b.logits_indices.data(), L, st.qw, nullptr, logits,
+                        static_cast<cpu::CpuContract>(contract_), *quant_scratch_, pool);
+        else if (L > 0)
           cpu::logits(P(st.in[0]), st.k, b.logits_indices.data(), L, st.w, st.n, logits, pool);
         break;
       default:
@@ -816,13 +918,26 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
     return invalid_argument("copy_kv_block: block " + str(src < 0 || src >= num_kv_blocks_ ? src : dst) +
                             " outside the " + str(num_kv_blocks_) + " KV blocks");
   if (src == dst) return ok_status();
-  const size_t per_block = static_cast<size_t>(num_kv_heads_) * block_size_ * head_dim_;
-  const size_t layer_floats = per_block * num_kv_blocks_;
-  for (int l = 0; l < num_layers_; ++l)
-    for (int kv = 0; kv < 2; ++kv) {
-      float* base = kv_cache_.get() + layer_floats * (2 * l + kv);
-      std::memcpy(base + per_block * dst, base + per_block * src, per_block * sizeof(float));
+  const size_t rows = static_cast<size_t>(num_kv_heads_) * block_size_;  // head rows per block
+  const size_t elems = rows * head_dim_;
+  const size_t layer_elems = elems * num_kv_blocks_;
+  for (int l = 0; l < num_layers_; ++l) {
+    uint8_t* base = reinterpret_cast<uint8_t*>(kv_cache_.get()) + kv_layer_bytes_ * l;
+    if (kv_i8_) {
+      float* scales = reinterpret_cast<float*>(base + (2 * layer_elems + 63) / 64 * 64);
+      for (int kv = 0; kv < 2; ++kv) {
+        uint8_t* codes = base + layer_elems * kv;
+        std::memcpy(codes + elems * dst, codes + elems * src, elems);
+        float* s = scales + rows * num_kv_blocks_ * kv;
+        std::memcpy(s + rows * dst, s + rows * src, rows * sizeof(float));
+      }
+      continue;
     }
+    for (int kv = 0; kv < 2; ++kv) {
+      float* f = reinterpret_cast<float*>(base) + layer_elems * kv;
+      std::memcpy(f + elems * dst, f + elems * src, elems * sizeof(float));
+    }
+  }
   return ok_status();
 }
 

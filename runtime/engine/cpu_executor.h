@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/base/status.h"
@@ -16,6 +17,9 @@
 namespace llmrt {
 
 class Profiler;
+namespace cpu {
+class QuantScratch;
+}
 class ThreadPool;
 
 /// munmap()s the executor's KV cache mapping.
@@ -41,6 +45,9 @@ struct CpuExecutorOptions {
   int max_seqs_per_step = 0;    // 0: the plan's cap
   int num_kv_blocks = 0;        // 0: enough for one sequence of max_model_len tokens
   uint64_t max_memory_bytes = 0;  // 0: no limit; else create() refuses a plan needing more
+  /// Numerical contract of the quantized kernels (runtime/cpu/kernels.h): "" = the plan's
+  /// (Plan.cpu_kernels), "reference" or "fast".
+  std::string cpu_kernels;
 };
 
 class CpuExecutor {
@@ -74,7 +81,10 @@ class CpuExecutor {
   int max_model_len() const { return max_model_len_; }
   int num_threads() const;
   size_t workspace_bytes() const;
-  size_t kv_cache_bytes() const { return kv_floats_ * sizeof(float); }
+  size_t kv_cache_bytes() const { return kv_bytes_; }
+  bool kv_int8() const { return kv_i8_; }
+  /// "reference" | "fast": the contract quantized weights run under.
+  const char* cpu_kernels() const;
 
   struct Step;
   struct ValueInfo;
@@ -102,9 +112,13 @@ class CpuExecutor {
   std::unique_ptr<float, FreeDeleter> arena_;
   size_t arena_bytes_ = 0;
   std::unique_ptr<float, KvUnmapDeleter> kv_cache_;  // [layers][K|V][blocks, kv_heads, block_size, head_dim]
-  size_t kv_floats_ = 0;
+  size_t kv_bytes_ = 0;
+  size_t kv_layer_bytes_ = 0;          // one layer: K and V (int8: codes, then per-row scales)
+  bool kv_i8_ = false;
   std::vector<float> attn_scratch_;    // [threads][max_model_len]
   std::vector<int32_t> seq_of_row_;    // [max_tokens]
+  uint8_t contract_ = 0;               // cpu::CpuContract
+  std::unique_ptr<cpu::QuantScratch> quant_scratch_;  // sized at init; null without quantized weights
 };
 
 }  // namespace llmrt

@@ -1,4 +1,5 @@
 #include "runtime/plan/plan_file.h"
+#include "runtime/quant/quant_format.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,7 +18,7 @@
 namespace llmrt {
 namespace {
 
-const char* const kFeatures[] = {"forward_v1", "kv_f32", "weights_f32"};
+const char* const kFeatures[] = {"forward_v1", "kv_f32", "weights_f32", "weights_quant_v1", "kv_i8"};
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -47,7 +48,8 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
   for (int i = 0; i < num_tensors; ++i) {
     const fb::Tensor* t = tensors->Get(i);
     const std::string name = t->name()->str();
-    const int64_t elem = dtype_bytes(t->dtype());
+    const bool quantized = t->quant() && t->quant()->size() != 0;
+    const int64_t elem = quantized ? 1 : dtype_bytes(t->dtype());
     if (elem == 0) return invalid_argument("tensor '" + name + "' has an unsupported dtype");
     if (!t->shape() || t->shape()->size() == 0 || t->shape()->size() > 4)
       return invalid_argument("tensor '" + name + "' has no shape or more than 4 dims");
@@ -58,9 +60,24 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
         return invalid_argument("tensor '" + name + "' is too large");
       numel *= static_cast<uint64_t>(d);
     }
-    if (numel * static_cast<uint64_t>(elem) != t->size())
+    uint64_t want = numel * static_cast<uint64_t>(elem);
+    if (quantized) {
+      // Quantized: a 2-D [rows, k] tensor of whole rows of its format (quant_format.h).
+      const std::string qname = t->quant()->str();
+      StatusOr<quant::Format> f = quant::parse_format(qname);
+      if (!f.ok()) return f.status().with_context("tensor '" + name + "'");
+      if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : fb::DType::I4))
+        return invalid_argument("tensor '" + name + "' has dtype " + fb::EnumNameDType(t->dtype()) +
+                                " but format " + qname);
+      if (t->shape()->size() != 2)
+        return invalid_argument("quantized tensor '" + name + "' is not 2-D");
+      StatusOr<int64_t> rb = quant::row_bytes(*f, t->shape()->Get(1));
+      if (!rb.ok()) return rb.status().with_context("tensor '" + name + "'");
+      want = static_cast<uint64_t>(*rb) * static_cast<uint64_t>(t->shape()->Get(0));
+    }
+    if (want != t->size())
       return invalid_argument("tensor '" + name + "' size " + std::to_string(t->size()) +
-                              " does not match its shape and dtype");
+                              " does not match its shape and " + (quantized ? "format" : "dtype"));
     if (t->offset() % kTensorAlignment != 0)
       return invalid_argument("tensor '" + name + "' is not 64-byte aligned");
     if (!fits(t->offset(), t->size(), weights_size))

@@ -25,8 +25,11 @@ std::string human(uint64_t bytes) {
 uint64_t kv_bytes_per_token(const fb::Plan& plan) {
   const fb::KvSpec* kv = plan.kv();
   if (!kv) return 0;
-  uint64_t elem = kv->dtype() == fb::DType::F32 ? 4 : 2;
-  return 2ull * kv->num_layers() * kv->num_kv_heads() * kv->head_dim() * elem;
+  // int8: one byte per element plus one f32 scale per head row.
+  const uint64_t row = kv->dtype() == fb::DType::I8 ? kv->head_dim() + 4ull
+                       : kv->dtype() == fb::DType::F32 ? kv->head_dim() * 4ull
+                                                       : kv->head_dim() * 2ull;
+  return 2ull * kv->num_layers() * kv->num_kv_heads() * row;
 }
 
 uint64_t workspace_bytes(const fb::Plan& plan, int64_t tokens, int threads) {
@@ -118,10 +121,13 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
   size_t count = p.tensors() ? p.tensors()->size() : 0;
   if (p.tensors())
     for (auto* t : *p.tensors()) {
-      by_dtype[fb::EnumNameDType(t->dtype())] += t->size();
+      // Quantized tensors by format (int4-g32-f16-min ...), the rest by dtype.
+      by_dtype[t->quant() && t->quant()->size() ? t->quant()->str()
+                                                : std::string(fb::EnumNameDType(t->dtype()))] += t->size();
       total += t->size();
     }
   j["tensors"] = {{"count", count}, {"bytes", total}, {"bytes_by_dtype", by_dtype}};
+  j["cpu_kernels"] = p.cpu_kernels() && p.cpu_kernels()->size() ? p.cpu_kernels()->str() : "reference";
   std::map<std::string, int> images_per_target;
   size_t kernels = p.kernels() ? p.kernels()->size() : 0;
   if (p.kernels())
@@ -195,6 +201,8 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
   }
   line("tensors      %zu, %s\n", count, human(total).c_str());
   for (auto& [dt, b] : by_dtype) line("             %-5s %s\n", dt.c_str(), human(b).c_str());
+  line("cpu kernels  %s (numerical contract of quantized weights)\n",
+       j["cpu_kernels"].get<std::string>().c_str());
   if (j.contains("program")) {
     std::string ops;
     for (auto& [k, n] : j["program"]["ops"].items()) ops += (ops.empty() ? "" : ", ") + k + " " + std::to_string(n.get<int>());

@@ -1,4 +1,5 @@
 #include "runtime/serve/engine.h"
+#include "runtime/plan/plan_inspect.h"
 
 #include <unistd.h>
 
@@ -201,11 +202,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   c.max_num_seqs = std::min(c.max_num_seqs, c.max_num_batched_tokens);
   c.threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
-  // KV pool. The CPU backend stores K and V in fp32.
-  const uint64_t block_bytes = 2ull * kv->num_layers() * kv->num_kv_heads() * kv->head_dim() * 4ull * kv->block_size();
+  // KV pool: f32, or int8 codes plus a scale per token and head (plan_inspect.h).
+  const uint64_t block_bytes = kv_bytes_per_token(plan.fb()) * kv->block_size();
   c.weight_bytes = plan.weights_size();
   CpuExecutorOptions eo;
   eo.threads = c.threads;
+  eo.cpu_kernels = options.cpu_kernels;
   eo.max_tokens_per_step = c.max_num_batched_tokens;
   eo.max_seqs_per_step = c.max_num_seqs;
   const int64_t blocks_per_max_seq = (c.max_model_len + c.block_size - 1) / c.block_size;

@@ -53,6 +53,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   int max_queue = 0;               // waiting requests allowed (submit → resource_exhausted); 0: no limit
   std::vector<int32_t> eos_ids;    // empty: the plan's generation defaults
+  std::string cpu_kernels;         // quantized kernel contract; "": the plan's
 };
 
 /// What create() settled on (for the startup log and /health).

@@ -163,3 +163,33 @@ def test_bad_prompt_ids(llmrt, tiny_plan):
 
 def test_text_prompt_without_tokenizer(llmrt, tiny_plan):
     clean_error(run([llmrt, "run", tiny_plan, "--prompt", "hello"]), "tokenizer")
+
+
+def corrupt_safetensors_tensor(path, name, first_bytes):
+    """Overwrites the first bytes of tensor `name` in a safetensors file."""
+    data = bytearray(path.read_bytes())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    begin = header[name]["data_offsets"][0]
+    data[8 + n + begin:8 + n + begin + len(first_bytes)] = first_bytes
+    path.write_bytes(bytes(data))
+
+
+def test_quantized_checkpoint_with_infinite_scale(llmc, tmp_path):
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "quant" / "gptq_4bit_sym"
+    m = tmp_path / "gptq"
+    shutil.copytree(src, m)
+    name = "model.layers.0.self_attn.q_proj.scales"
+    corrupt_safetensors_tensor(m / "model.safetensors", name, struct.pack("<H", 0x7C00))  # f16 +inf
+    clean_error(run([llmc, "compile", m, "-o", tmp_path / "p.fb"]),
+                "model.layers.0.self_attn.q_proj", "not finite")
+
+
+def test_quantized_checkpoint_with_bad_group_size(llmc, tmp_path):
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "quant" / "gptq_4bit_sym"
+    m = tmp_path / "gptq"
+    shutil.copytree(src, m)
+    cfg = json.loads((m / "config.json").read_text())
+    cfg["quantization_config"]["group_size"] = 48
+    (m / "config.json").write_text(json.dumps(cfg))
+    clean_error(run([llmc, "compile", m, "-o", tmp_path / "p.fb"]), "group")

@@ -64,14 +64,15 @@ def llmrt() -> Path:
 
 @pytest.fixture(scope="session")
 def compile_plan(llmc, tmp_path_factory):
-    """compile_plan(model_dir_or_gguf, name) -> plan path; each model is compiled once per session."""
+    """compile_plan(model_dir_or_gguf, name, *llmc_args) -> plan path; each (model, args) is
+    compiled once per session."""
     plans = {}
 
-    def _compile(model, name: str) -> Path:
-        key = str(model)
+    def _compile(model, name: str, *args) -> Path:
+        key = (str(model), tuple(str(a) for a in args))
         if key not in plans:
             out = tmp_path_factory.mktemp("plans") / f"{name}.fb"
-            run_cmd([llmc, "compile", model, "-o", out], f"llmc compile {name}")
+            run_cmd([llmc, "compile", model, "-o", out, *args], f"llmc compile {name}")
             if not out.is_file() or out.stat().st_size == 0:
                 pytest.fail(f"llmc compile {name}: exit 0 but no plan at {out}")
             plans[key] = out

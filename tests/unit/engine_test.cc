@@ -62,8 +62,9 @@ struct Tiny {
   std::unique_ptr<Plan> plan;
 };
 
-Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64) {
+Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64, bool kv_int8 = false) {
   testing::TinyPlanConfig cfg;
+  cfg.kv_int8 = kv_int8;
   cfg.max_model_len = max_model_len;
   cfg.max_seqs = max_seqs;
   cfg.max_tokens = max_tokens;
@@ -75,9 +76,11 @@ Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64) {
   return t;
 }
 
-// Bytes of one KV block on the CPU backend (fp32 K and V, every layer).
+// Bytes of one KV block on the CPU backend (K and V, every layer: fp32, or int8 codes plus an
+// f32 scale per token and head).
 uint64_t kv_block_bytes(const Tiny& t) {
-  return 2ull * t.spec.kv_layers * t.spec.kv_heads * t.spec.kv_head_dim * 4 * t.spec.kv_block_size;
+  const uint64_t row = t.spec.kv_dtype == fb::DType::I8 ? t.spec.kv_head_dim + 4ull : t.spec.kv_head_dim * 4ull;
+  return 2ull * t.spec.kv_layers * t.spec.kv_heads * row * t.spec.kv_block_size;
 }
 
 std::unique_ptr<Engine> engine(const Plan& plan, EngineOptions o, Metrics* metrics = nullptr) {
@@ -169,6 +172,31 @@ TEST(Engine, SixtyFourConcurrentRequestsEqualEachRunAlone) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("llmrt:kv_cache_usage_perc{model_name=\"tiny\"} 0"), std::string::npos);
+}
+
+TEST(Engine, Int8KvCacheKeepsAnswersIndependentOfLoadForksAndPreemption) {
+  // The int8 cache quantizes each token's row on its own, so batching, copy-on-write forks (n=2)
+  // and recompute after preemption give the same answers as running alone.
+  Tiny t = tiny(64, 64, 64, /*kv_int8=*/true);
+  ASSERT_EQ(t.spec.kv_dtype, fb::DType::I8);
+  std::mt19937 rng(71);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 24; ++i) reqs.push_back(make_request(rng, i, t.spec.config.vocab));
+  EngineOptions big;
+  big.kv_cache_bytes = 1ull << 26;
+  const std::vector<Result> alone = run_alone(*t.plan, reqs, big);
+  EngineOptions small;
+  small.kv_cache_bytes = kv_block_bytes(t) * 40;  // tight: preemptions
+  small.max_num_seqs = 16;
+  auto e = engine(*t.plan, small);
+  EXPECT_EQ(e->config().num_kv_blocks, 40);  // int8 blocks are (head_dim + 4) / (4 * head_dim) of f32
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (const EngineRequest& r : reqs) handles.push_back(*e->submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i)
+    expect_same(collect(*handles[i]), alone[i], "int8 KV request " + std::to_string(i));
+  ASSERT_TRUE(e->wait_idle(milliseconds(10000)));
+  EXPECT_EQ(e->stats().num_used_blocks, 0);
+  EXPECT_GT(e->stats().num_preemptions, 0u) << "the pool was meant to force preemptions";
 }
 
 TEST(Engine, SmallKvPoolPreemptsAndStillAnswersCorrectly) {

@@ -161,7 +161,7 @@ class Builder {
       q = rope(q, H, pre + "q_rope");
       k = rope(k, Hkv, pre + "k_rope");
       std::vector<TinyParam> cache = {I("layer", l), I("num_kv_heads", Hkv), I("head_dim", hd),
-                                      I("block_size", c_.block_size), S("kv_dtype", "f32"),
+                                      I("block_size", c_.block_size), S("kv_dtype", c_.kv_int8 ? "int8" : "f32"),
                                       S("layout", "block_head_slot_dim")};
       step(fb::OpKind::KvStore, {k, v}, {}, {}, cache, pre + "kv_store");
       const int o = value(pre + "attn", H * hd);
@@ -196,6 +196,7 @@ class Builder {
     spec_.kv_heads = Hkv;
     spec_.kv_head_dim = hd;
     spec_.kv_block_size = c_.block_size;
+    spec_.kv_dtype = c_.kv_int8 ? fb::DType::I8 : fb::DType::F32;
     spec_.max_tokens = c_.max_tokens;
     spec_.max_seqs = c_.max_seqs;
     spec_.max_model_len = c_.max_model_len;

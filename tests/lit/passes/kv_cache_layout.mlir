@@ -3,7 +3,7 @@
 // RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=f16' 2>&1 | FileCheck %s --check-prefix=F16
 // RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='block-size=0' 2>&1 | FileCheck %s --check-prefix=B0
 
-// F16: error: kv dtype f16 not supported yet (supported: f32)
+// F16: error: kv dtype f16 not supported yet (supported: f32, int8)
 // B0: error: kv block size must be positive, got 0
 
 // Two Llama layers: every cache op gets the layout, the module the spec.

@@ -1,0 +1,294 @@
+#include "runtime/quant/quant_format.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace llmrt::quant {
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+bool parse_int(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 9) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+// Code range of a format: [lo, hi] as stored.
+void code_range(const Format& f, int* lo, int* hi) {
+  if (f.bits == 8) {
+    *lo = f.offset == Offset::kSym ? -127 : 0;  // -128 is never produced by RTN (symmetric range)
+    *hi = f.offset == Offset::kSym ? 127 : 255;
+  } else {
+    *lo = 0;
+    *hi = 15;
+  }
+}
+
+}  // namespace
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, out;
+  if (exp == 0) {
+    if (man == 0) {
+      out = sign;
+    } else {  // subnormal: man * 2^-24
+      int shift = 0;
+      while ((man & 0x400u) == 0) {
+        man <<= 1;
+        ++shift;
+      }
+      out = sign | (static_cast<uint32_t>(127 - 15 + 1 - shift) << 23) | ((man & 0x3FFu) << 13);
+    }
+  } else if (exp == 0x1F) {
+    out = sign | 0x7F800000u | (man << 13);
+  } else {
+    out = sign | ((exp + 112) << 23) | (man << 13);
+  }
+  return std::bit_cast<float>(out);
+}
+
+uint16_t float_to_half(float x) {
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
+  const uint32_t abs = b & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u)  // inf or nan
+    return sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u);
+  if (abs >= 0x477FF000u) return sign | 0x7C00u;  // rounds to >= 65520: overflow to inf
+  if (abs < 0x38800000u) {                          // below the smallest normal half (2^-14)
+    // Subnormal half: value / 2^-24 rounded to nearest even.
+    const float v = std::bit_cast<float>(abs) * 16777216.0f;  // exact: scales by 2^24
+    const float r = std::nearbyint(v);                          // default mode: nearest even
+    return sign | static_cast<uint16_t>(r);
+  }
+  // Normal: drop 13 mantissa bits with round to nearest even.
+  uint32_t m = abs + 0x0FFFu + ((abs >> 13) & 1u);
+  m -= 0x38000000u;  // rebias exponent 127 -> 15
+  return sign | static_cast<uint16_t>(m >> 13);
+}
+
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t float_to_bf16(float x) {
+  uint32_t b = std::bit_cast<uint32_t>(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x40u);  // nan
+  b += 0x7FFFu + ((b >> 16) & 1u);
+  return static_cast<uint16_t>(b >> 16);
+}
+
+int scale_bytes(ScaleType t) { return t == ScaleType::kF32 ? 4 : 2; }
+
+int64_t header_bytes(const Format& f) {
+  const int s = scale_bytes(f.scale);
+  switch (f.offset) {
+    case Offset::kSym: return s;
+    case Offset::kZeroPoint: return s + 1;
+    case Offset::kMin: return 2 * s;
+  }
+  return s;
+}
+
+int64_t group_bytes(const Format& f, int64_t g) { return header_bytes(f) + g * f.bits / 8; }
+
+StatusOr<int64_t> row_bytes(const Format& f, int64_t k) {
+  const int64_t g = group_elems(f, k);
+  if (k <= 0 || g <= 0) return invalid_argument("quantized rows need a positive length");
+  if (g % kSubBlock != 0)
+    return invalid_argument("group size " + std::to_string(g) + " of " + format_name(f) +
+                            " is not a multiple of " + std::to_string(kSubBlock));
+  if (k % g != 0)
+    return invalid_argument("rows of " + std::to_string(k) + " elements are not a whole number " +
+                            "of groups of " + std::to_string(g) + " (" + format_name(f) + ")");
+  return k / g * group_bytes(f, g);
+}
+
+float load_scale(ScaleType t, const uint8_t* p) {
+  switch (t) {
+    case ScaleType::kF16: return half_to_float(load_u16(p));
+    case ScaleType::kBF16: return bf16_to_float(load_u16(p));
+    case ScaleType::kF32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+  }
+  return 0.0f;
+}
+
+float store_scale(ScaleType t, float x, uint8_t* p) {
+  switch (t) {
+    case ScaleType::kF16: store_u16(p, float_to_half(x)); break;
+    case ScaleType::kBF16: store_u16(p, float_to_bf16(x)); break;
+    case ScaleType::kF32: std::memcpy(p, &x, 4); break;
+  }
+  return load_scale(t, p);
+}
+
+StatusOr<Format> parse_format(std::string_view name) {
+  const std::string full(name);
+  auto bad = [&](const std::string& why) {
+    return invalid_argument("quantization format '" + full + "': " + why +
+                            " (expected int<4|8>-g<N>|row-<f16|bf16|f32>-<sym|zp|min>)");
+  };
+  std::string_view parts[4];
+  int n = 0;
+  while (n < 4) {
+    const size_t dash = name.find('-');
+    parts[n++] = name.substr(0, dash);
+    if (dash == std::string_view::npos) {
+      name = {};
+      break;
+    }
+    name.remove_prefix(dash + 1);
+  }
+  if (n != 4 || !name.empty()) return bad("it has not four parts");
+  Format f;
+  if (parts[0] == "int4") f.bits = 4;
+  else if (parts[0] == "int8") f.bits = 8;
+  else return bad("bits '" + std::string(parts[0]) + "'");
+  if (parts[1] == "row") {
+    f.group = 0;
+  } else if (parts[1].size() < 2 || parts[1][0] != 'g' || !parse_int(parts[1].substr(1), &f.group) ||
+             f.group <= 0 || f.group % kSubBlock != 0) {
+    return bad("group '" + std::string(parts[1]) + "' (a multiple of 32, or row)");
+  }
+  if (parts[2] == "f16") f.scale = ScaleType::kF16;
+  else if (parts[2] == "bf16") f.scale = ScaleType::kBF16;
+  else if (parts[2] == "f32") f.scale = ScaleType::kF32;
+  else return bad("scale type '" + std::string(parts[2]) + "'");
+  if (parts[3] == "sym") f.offset = Offset::kSym;
+  else if (parts[3] == "zp") f.offset = Offset::kZeroPoint;
+  else if (parts[3] == "min") f.offset = Offset::kMin;
+  else return bad("offset '" + std::string(parts[3]) + "'");
+  return f;
+}
+
+std::string format_name(const Format& f) {
+  std::string s = f.bits == 8 ? "int8-" : "int4-";
+  s += f.group == 0 ? "row" : "g" + std::to_string(f.group);
+  s += f.scale == ScaleType::kF16 ? "-f16" : f.scale == ScaleType::kBF16 ? "-bf16" : "-f32";
+  s += f.offset == Offset::kSym ? "-sym" : f.offset == Offset::kZeroPoint ? "-zp" : "-min";
+  return s;
+}
+
+void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) {
+  const int64_t g = group_elems(f, k);
+  const int64_t gb = group_bytes(f, g), hb = header_bytes(f);
+  const int sb = scale_bytes(f.scale);
+  for (int64_t base = 0; base < k; base += g, row += gb) {
+    const float d = load_scale(f.scale, row);
+    float m = 0.0f;
+    int z = 0;
+    if (f.offset == Offset::kMin) m = load_scale(f.scale, row + sb);
+    if (f.offset == Offset::kZeroPoint) z = row[sb];
+    const uint8_t* q = row + hb;
+    float* y = out + base;
+    if (f.bits == 8) {
+      for (int64_t i = 0; i < g; ++i) {
+        if (f.offset == Offset::kSym) y[i] = d * static_cast<float>(static_cast<int8_t>(q[i]));
+        else if (f.offset == Offset::kZeroPoint) y[i] = d * static_cast<float>(q[i] - z);
+        else y[i] = d * static_cast<float>(q[i]) + m;
+      }
+      continue;
+    }
+    if (f.offset == Offset::kSym) z = 8;
+    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2) {
+      for (int i = 0; i < 16; ++i) {
+        const int lo = q[i] & 0x0F, hi = q[i] >> 4;
+        if (f.offset == Offset::kMin) {
+          y[sbk + i] = d * static_cast<float>(lo) + m;
+          y[sbk + i + 16] = d * static_cast<float>(hi) + m;
+        } else {
+          y[sbk + i] = d * static_cast<float>(lo - z);
+          y[sbk + i + 16] = d * static_cast<float>(hi - z);
+        }
+      }
+    }
+  }
+}
+
+std::string check_row(const Format& f, const uint8_t* row, int64_t k) {
+  const int64_t g = group_elems(f, k);
+  const int64_t gb = group_bytes(f, g);
+  const int sb = scale_bytes(f.scale);
+  for (int64_t gi = 0; gi < k / g; ++gi, row += gb) {
+    if (!std::isfinite(load_scale(f.scale, row)) ||
+        (f.offset == Offset::kMin && !std::isfinite(load_scale(f.scale, row + sb))))
+      return "group " + std::to_string(gi) + " has a scale or min that is not finite";
+    if (f.offset == Offset::kZeroPoint && f.bits == 4 && row[sb] > 15)
+      return "group " + std::to_string(gi) + " has zero point " + std::to_string(row[sb]) +
+             ", beyond the 4-bit code range";
+  }
+  return "";
+}
+
+void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
+  const int64_t g = group_elems(f, k);
+  const int64_t gb = group_bytes(f, g), hb = header_bytes(f);
+  const int sb = scale_bytes(f.scale);
+  int lo, hi;
+  code_range(f, &lo, &hi);
+  for (int64_t base = 0; base < k; base += g, out += gb) {
+    const float* v = x + base;
+    float mn = v[0], mx = v[0], amax = 0.0f;
+    for (int64_t i = 0; i < g; ++i) {
+      mn = std::min(mn, v[i]);
+      mx = std::max(mx, v[i]);
+      amax = std::max(amax, std::fabs(v[i]));
+    }
+    float d, m = 0.0f;
+    int z = 0;
+    if (f.offset == Offset::kSym) {
+      d = store_scale(f.scale, amax / (f.bits == 8 ? 127.0f : 7.0f), out);
+    } else {
+      mn = std::min(mn, 0.0f);  // keep 0 representable (exact for zero weights and padding)
+      mx = std::max(mx, 0.0f);
+      d = store_scale(f.scale, (mx - mn) / static_cast<float>(hi), out);
+      if (f.offset == Offset::kMin) {
+        m = store_scale(f.scale, mn, out + sb);
+      } else {
+        z = d > 0.0f ? static_cast<int>(std::nearbyint(-mn / d)) : 0;
+        z = std::clamp(z, 0, hi);
+        out[sb] = static_cast<uint8_t>(z);
+        m = -d * static_cast<float>(z);
+      }
+    }
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    auto code = [&](float val) {
+      int q;
+      if (f.offset == Offset::kSym) q = static_cast<int>(std::nearbyint(val * id));
+      else q = static_cast<int>(std::nearbyint((val - m) * id));
+      q = std::clamp(q, f.offset == Offset::kSym && f.bits == 4 ? -8 : lo,
+                     f.offset == Offset::kSym && f.bits == 4 ? 7 : hi);
+      return q;
+    };
+    uint8_t* q = out + hb;
+    if (f.bits == 8) {
+      for (int64_t i = 0; i < g; ++i) q[i] = static_cast<uint8_t>(static_cast<int8_t>(code(v[i])));
+      if (f.offset != Offset::kSym)
+        for (int64_t i = 0; i < g; ++i) q[i] = static_cast<uint8_t>(code(v[i]));
+      continue;
+    }
+    const int bias = f.offset == Offset::kSym ? 8 : 0;
+    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2)
+      for (int i = 0; i < 16; ++i)
+        q[i] = static_cast<uint8_t>((code(v[sbk + i]) + bias) |
+                                    ((code(v[sbk + i + 16]) + bias) << 4));
+  }
+}
+
+}  // namespace llmrt::quant

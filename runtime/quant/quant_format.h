@@ -1,0 +1,88 @@
+// Quantized weight formats of the plan: what the bytes of a quantized tensor mean.
+//
+// A quantized 2-D tensor [n, k] is stored row after row; a row is k / group groups back to back
+// (the "cpu_row_groups" layout, written by the compiler's pack-weights pass). One group is:
+//
+//   scale   f16 | bf16 | f32            (the format's scale type)
+//   offset  min: one value of the scale type;  zero point: one byte;  sym: nothing
+//   codes   int8: group bytes, element order
+//           int4: group / 2 bytes in sub-blocks of 32 elements = 16 bytes each; byte i of a
+//                 sub-block holds element i in its low nibble and element i + 16 in its high one
+//
+// Value of code q (scale d, min m, zero point z):
+//   sym  int8: d * q (q signed int8)        sym  int4: d * (q - 8)   (q the nibble 0..15)
+//   zp   int8: d * (q - z) (q, z uint8)      zp   int4: d * (q - z)   (z 0..15)
+//   min  int8: d * q + m (q uint8)           min  int4: d * q + m
+//
+// With a group of 32 and f16 scales these are GGUF's blocks bit for bit: int8-g32-f16-sym is
+// Q8_0, int4-g32-f16-sym is Q4_0, int4-g32-f16-min is Q4_1 (block_q8_0/q4_0/q4_1 of ggml).
+// Every product d * q above is exact in f32 (a 24-bit significand holds 11 + 9 bits), so
+// dequantization does not depend on how it is evaluated.
+//
+// Names: "int<bits>-g<group>|row-<f16|bf16|f32>-<sym|zp|min>", e.g. "int4-g128-f16-zp".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runtime/base/status.h"
+
+namespace llmrt::quant {
+
+enum class ScaleType : uint8_t { kF16 = 0, kBF16 = 1, kF32 = 2 };
+enum class Offset : uint8_t { kSym = 0, kZeroPoint = 1, kMin = 2 };
+
+/// Sub-block of the int4 nibble order and of the fast contract's activation blocks.
+inline constexpr int64_t kSubBlock = 32;
+/// The plan's tensor layout name for this storage.
+inline constexpr const char* kLayoutRowGroups = "cpu_row_groups";
+
+struct Format {
+  int bits = 4;                       // 4 | 8
+  int64_t group = 32;                 // elements per group, a multiple of 32; 0 = the whole row
+  ScaleType scale = ScaleType::kF16;
+  Offset offset = Offset::kSym;
+
+  bool operator==(const Format&) const = default;
+};
+
+/// Parses a format name (see above). Errors name the part that is wrong.
+StatusOr<Format> parse_format(std::string_view name);
+std::string format_name(const Format& f);
+
+/// Elements per group for rows of k elements (resolves "row").
+inline int64_t group_elems(const Format& f, int64_t k) { return f.group == 0 ? k : f.group; }
+int scale_bytes(ScaleType t);
+/// Bytes of the group header (scale + offset).
+int64_t header_bytes(const Format& f);
+/// Bytes of one group of g elements.
+int64_t group_bytes(const Format& f, int64_t g);
+/// Bytes of one row of k elements; an error when k is not a whole number of groups or a group
+/// is not a whole number of 32-element sub-blocks.
+StatusOr<int64_t> row_bytes(const Format& f, int64_t k);
+
+float load_scale(ScaleType t, const uint8_t* p);
+/// Rounds x to the scale type and stores it; returns the stored value as f32.
+float store_scale(ScaleType t, float x, uint8_t* p);
+
+float half_to_float(uint16_t bits);
+uint16_t float_to_half(float x);      // round to nearest even, saturating to +-inf like IEEE
+float bf16_to_float(uint16_t bits);
+uint16_t float_to_bf16(float x);      // round to nearest even
+
+/// Dequantizes one row of k elements (k valid for f: row_bytes(f, k) ok).
+void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out);
+
+/// Checks one row's bytes beyond what sizes say: zero points within range and scales finite.
+/// Returns a message naming the first bad group, "" when fine.
+std::string check_row(const Format& f, const uint8_t* row, int64_t k);
+
+/// Round-to-nearest quantization of one row into f (the compiler's --quantize):
+///   sym:  d = amax / qmax (qmax 127 for int8, 7 for int4), q = round(x / d) clamped;
+///   min:  m = min(x), d = (max(x) - m) / (2^bits - 1), q = round((x - m) / d) clamped;
+///   zp:   as min, with z = round(-min / d) clamped to the code range and m = -d * z.
+/// d (and m) are first rounded to the scale type, the codes computed with the rounded values.
+void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out);
+
+}  // namespace llmrt::quant

@@ -1,0 +1,169 @@
+"""Quantized plans of the real SmolLM2-135M-Instruct Q4_1 GGUF (issue 5).
+
+Plans compiled from the same file:
+  float      --dequantize: every weight f32 (the baseline)
+  reference  Q4_1 blocks kept bit for bit, --cpu-kernels reference (dequantize, fp32 dot)
+  fast       Q4_1 blocks kept, --cpu-kernels fast (int8 activations per 32, integer dots)
+  rtn8       --dequantize --quantize int8: the dequantized weights rounded by us to int8-g32-f16-sym
+  rtn4       --dequantize --quantize int4: int4-g128-f16-min (g64 where 576-wide rows need it)
+  kv8        reference weights, --kv-cache-dtype int8
+Checks, teacher forcing the prompts of the llama.cpp fixture:
+  - reference == float bit for bit (same fp32 weights, same fp32 order);
+  - fast vs reference: mean KL and top-1 agreement within the bounds below (printed);
+  - rtn8 closer to float than rtn4; both within bounds;
+  - plan sizes: Q4_1 blocks are 5/32 of f32 (+ tiny tensors); printed.
+Needs LLMC_SMOLLM2_GGUF (see test_llamacpp_reference.py).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, load_f32_npy, prompt_args, run_cmd
+
+FIX = FIXTURES / "smollm2_llamacpp"
+VOCAB = 49152
+
+# Bounds with room above what was measured (see the printed figures; measured values are in the
+# closing note of the change that added this file).
+# Measured here: fast vs reference 4.1e-3 / 96.0%; RTN int8 ~3e-3; RTN int4-g128 (g64 on the
+# 576-wide rows) ~1.3: this 135M model loses much to 4-bit groups of 64+ (int4-g32: ~0.07).
+FAST_MEAN_KL = 0.01
+FAST_TOP1 = 0.93
+RTN8_MEAN_KL = 0.01
+RTN4_MEAN_KL = 3.0
+KV8_MEAN_KL = 0.005  # measured 5.9e-4, top-1 100%
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    path = os.environ.get("LLMC_SMOLLM2_GGUF")
+    if not path:
+        pytest.skip("LLMC_SMOLLM2_GGUF is not set (path of SmolLM2-135M-Instruct.Q4_1.gguf)")
+    if not Path(path).is_file():
+        pytest.fail(f"LLMC_SMOLLM2_GGUF={path}: no such file")
+    return Path(path)
+
+
+PLAN_ARGS = {
+    "float": ["--dequantize"],
+    "reference": ["--cpu-kernels", "reference"],
+    "fast": ["--cpu-kernels", "fast"],
+    "kv8": ["--cpu-kernels", "reference", "--kv-cache-dtype", "int8"],
+}
+
+
+@pytest.fixture(scope="module")
+def plans(gguf, compile_plan):
+    return {name: compile_plan(gguf, f"smollm2_{name}", *args) for name, args in PLAN_ARGS.items()}
+
+
+def prompts():
+    with open(FIX / "reference.json") as f:
+        ref = json.load(f)
+    return ref["token_ids"]
+
+
+def logits_of(llmrt, plan, ids, tmp_path, tag, *extra):
+    out = tmp_path / f"{tag}.npy"
+    run_cmd([llmrt, "run", plan, *prompt_args([ids]), "--all-logits-out", out, *extra],
+            f"llmrt run {tag}")
+    return load_f32_npy(out, (len(ids), VOCAB), f"llmrt run {tag}")
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+
+
+def kl_top1(base, other):
+    lp, lq = log_softmax(base), log_softmax(other)
+    kl = (np.exp(lp) * (lp - lq)).sum(axis=1)
+    top1 = (base.argmax(axis=1) == other.argmax(axis=1)).mean()
+    return float(kl.mean()), float(top1)
+
+
+def test_reference_contract_equals_float_plan(llmrt, plans, tmp_path):
+    for i, ids in enumerate(prompts()):
+        f = logits_of(llmrt, plans["float"], ids, tmp_path, f"float{i}")
+        r = logits_of(llmrt, plans["reference"], ids, tmp_path, f"reference{i}")
+        assert f.shape == r.shape
+        diff = np.abs(f - r).max()
+        assert diff == 0.0, f"prompt {i}: reference contract differs from the float plan by {diff}"
+
+
+def test_fast_contract_against_reference(llmrt, plans, tmp_path):
+    kls, tops = [], []
+    for i, ids in enumerate(prompts()):
+        r = logits_of(llmrt, plans["reference"], ids, tmp_path, f"reference{i}")
+        f = logits_of(llmrt, plans["fast"], ids, tmp_path, f"fast{i}")
+        kl, top = kl_top1(r, f)
+        kls.append(kl)
+        tops.append(top)
+    kl, top = float(np.mean(kls)), float(np.mean(tops))
+    print(f"fast vs reference contract: mean KL {kl:.3e}, top-1 agreement {100 * top:.2f}%")
+    assert kl < FAST_MEAN_KL
+    assert top >= FAST_TOP1
+
+
+def test_runtime_override_matches_compiled_contract(llmrt, plans, tmp_path):
+    ids = prompts()[0]
+    a = logits_of(llmrt, plans["fast"], ids, tmp_path, "fast_as_ref", "--cpu-kernels", "reference")
+    b = logits_of(llmrt, plans["reference"], ids, tmp_path, "ref")
+    assert np.array_equal(a, b)
+
+
+def test_rtn_quantization_quality(llmrt, plans, compile_plan, gguf, tmp_path):
+    # RTN from float weights: --dequantize turns the Q4_1 blocks into f32 first, --quantize then
+    # rounds every matrix (embedding/lm_head included) to the new format.
+    # The reference contract isolates the weights' rounding from the activations' (fast).
+    rtn8 = compile_plan(gguf, "smollm2_rtn8", "--dequantize", "--quantize", "int8",
+                        "--cpu-kernels", "reference")
+    rtn4 = compile_plan(gguf, "smollm2_rtn4", "--dequantize", "--quantize", "int4",
+                        "--cpu-kernels", "reference")
+    kl8, kl4, t8, t4 = [], [], [], []
+    for i, ids in enumerate(prompts()):
+        f = logits_of(llmrt, plans["float"], ids, tmp_path, f"float{i}")
+        q8 = logits_of(llmrt, rtn8, ids, tmp_path, f"rtn8_{i}")
+        q4 = logits_of(llmrt, rtn4, ids, tmp_path, f"rtn4_{i}")
+        a, b = kl_top1(f, q8)
+        kl8.append(a)
+        t8.append(b)
+        a, b = kl_top1(f, q4)
+        kl4.append(a)
+        t4.append(b)
+    print(f"RTN int8 vs float: mean KL {np.mean(kl8):.3e}, top-1 {100 * np.mean(t8):.2f}%; "
+          f"RTN int4 vs float: mean KL {np.mean(kl4):.3e}, top-1 {100 * np.mean(t4):.2f}%")
+    assert np.mean(kl8) < RTN8_MEAN_KL
+    assert np.mean(kl4) < RTN4_MEAN_KL
+    assert np.mean(kl8) < np.mean(kl4)
+
+
+def test_int8_kv_cache(llmc, llmrt, plans, tmp_path):
+    kls, tops = [], []
+    for i, ids in enumerate(prompts()):
+        r = logits_of(llmrt, plans["reference"], ids, tmp_path, f"reference{i}")
+        q = logits_of(llmrt, plans["kv8"], ids, tmp_path, f"kv8_{i}")
+        kl, top = kl_top1(r, q)
+        kls.append(kl)
+        tops.append(top)
+    kl, top = float(np.mean(kls)), float(np.mean(tops))
+    print(f"int8 KV cache vs f32: mean KL {kl:.3e}, top-1 agreement {100 * top:.2f}%")
+    assert kl < KV8_MEAN_KL
+    # The memory budget counts codes and scales: (64 + 4) bytes per head row instead of 256.
+    def kv_bytes(plan):
+        proc = run_cmd([llmc, "inspect", plan, "--json"], "llmc inspect")
+        return json.loads(proc.stdout)["kv_cache"]["bytes_per_token"]
+    assert kv_bytes(plans["kv8"]) * 256 == kv_bytes(plans["reference"]) * 68
+
+
+def test_plan_sizes(plans):
+    sizes = {name: Path(p).stat().st_size for name, p in plans.items()}
+    print("plan sizes: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sizes.items()))
+    # Q4_1: 20 bytes per 32 weights against 128 for f32.
+    assert sizes["fast"] < 0.25 * sizes["float"]
+    assert sizes["fast"] == sizes["reference"] == sizes["kv8"]

@@ -1,0 +1,374 @@
+// Quantized weights: formats (runtime/quant/quant_format.h) and the two numerical contracts of
+// the quantized linear kernel (runtime/cpu/kernels.h). Oracles: the scalar implementation of each
+// contract (SIMD must match it bit for bit), GCC's own _Float16 conversion for halves, and a
+// double-precision dot product over the dequantized weights for the accuracy of the fast contract.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/thread_pool.h"
+#include "runtime/quant/quant_format.h"
+
+namespace llmrt {
+namespace {
+
+using quant::Format;
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct IsaGuard {
+  CpuIsa saved = active_isa();
+  ~IsaGuard() { set_active_isa(saved); }
+};
+
+const char* kAllFormats[] = {
+    "int4-g32-f16-sym", "int4-g32-f16-min", "int4-g32-f16-zp",  "int8-g32-f16-sym",
+    "int8-g32-f16-zp",  "int8-g32-f16-min", "int4-g128-f16-min", "int4-g64-bf16-sym",
+    "int4-g128-f32-zp", "int8-row-f32-sym", "int4-row-f32-min",  "int8-g64-bf16-sym"};
+
+// ---------------- formats ----------------
+
+TEST(QuantFormat, NamesRoundTrip) {
+  for (const char* name : kAllFormats) {
+    StatusOr<Format> f = quant::parse_format(name);
+    ASSERT_TRUE(f.ok()) << name << ": " << f.status().message();
+    EXPECT_EQ(quant::format_name(*f), name);
+  }
+}
+
+TEST(QuantFormat, BadNamesSayWhy) {
+  for (const char* bad : {"int3-g32-f16-sym", "int4-g33-f16-sym", "int4-g32-f8-sym",
+                          "int4-g32-f16-asym", "int4-g32-f16", "int4-g32-f16-sym-x", "", "q4_1",
+                          "int4-g-f16-sym", "int4-g0-f16-sym"}) {
+    StatusOr<Format> f = quant::parse_format(bad);
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_NE(f.status().message().find("quantization format"), std::string::npos);
+  }
+}
+
+TEST(QuantFormat, RowBytesMatchGgufBlocks) {
+  // GGUF: Q8_0 34 bytes, Q4_0 18, Q4_1 20 per 32 elements (ggml's block_q8_0/q4_0/q4_1).
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g32-f16-sym"), 64), 68);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g32-f16-sym"), 64), 36);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g32-f16-min"), 64), 40);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g128-f16-zp"), 256), 2 * (2 + 1 + 64));
+  EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int4-g128-f16-min"), 576).ok());
+  EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int8-row-f32-sym"), 48).ok());
+}
+
+TEST(QuantFormat, HalfConversionMatchesTheCompiler) {
+  // Every half converts to float and back unchanged; float -> half rounds like GCC's _Float16.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = quant::half_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(quant::float_to_half(f), h) << h;
+    _Float16 ref;
+    std::memcpy(&ref, &h, 2);
+    const float rf = static_cast<float>(ref);
+    ASSERT_EQ(std::memcmp(&f, &rf, 4), 0) << h;
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(rng);
+    float x;
+    std::memcpy(&x, &b, 4);
+    if (std::isnan(x)) continue;
+    const _Float16 ref = static_cast<_Float16>(x);
+    uint16_t rb;
+    std::memcpy(&rb, &ref, 2);
+    ASSERT_EQ(quant::float_to_half(x), rb) << x;
+  }
+}
+
+TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
+  const int64_t k = 256;
+  for (const char* name : kAllFormats) {
+    Format f = *quant::parse_format(name);
+    std::vector<float> x = random_vec(k, 11, 0.05f);
+    x[3] = 0.0f;
+    std::vector<uint8_t> q(*quant::row_bytes(f, k));
+    quant::quantize_row(f, x.data(), k, q.data());
+    std::vector<float> y(k);
+    quant::dequantize_row(f, q.data(), k, y.data());
+    const int64_t g = quant::group_elems(f, k);
+    for (int64_t base = 0; base < k; base += g) {
+      float mn = 0, mx = 0, amax = 0;
+      for (int64_t i = base; i < base + g; ++i) {
+        mn = std::min(mn, x[i]);
+        mx = std::max(mx, x[i]);
+        amax = std::max(amax, std::fabs(x[i]));
+      }
+      const int levels = f.bits == 8 ? 255 : 15;
+      const float step = f.offset == quant::Offset::kSym ? amax / (f.bits == 8 ? 127 : 7)
+                                                        : (mx - mn) / levels;
+      for (int64_t i = base; i < base + g; ++i)
+        ASSERT_LE(std::fabs(y[i] - x[i]), 0.5f * step * 1.01f + 1e-6f) << name << " at " << i;
+    }
+    if (f.offset != quant::Offset::kMin) EXPECT_EQ(y[3], 0.0f) << name;  // zero stays exact
+  }
+}
+
+TEST(QuantFormat, CheckRowFindsBadZeroPointsAndScales) {
+  Format f = *quant::parse_format("int4-g32-f16-zp");
+  std::vector<float> x = random_vec(64, 3);
+  std::vector<uint8_t> q(*quant::row_bytes(f, 64));
+  quant::quantize_row(f, x.data(), 64, q.data());
+  EXPECT_EQ(quant::check_row(f, q.data(), 64), "");
+  q[19 + 2] = 16;  // second group's zero point (groups of 2 + 1 + 16 bytes)
+  EXPECT_NE(quant::check_row(f, q.data(), 64).find("group 1 has zero point 16"), std::string::npos);
+  quant::store_scale(f.scale, INFINITY, q.data());
+  EXPECT_NE(quant::check_row(f, q.data(), 64).find("group 0"), std::string::npos);
+}
+
+// ---------------- kernels ----------------
+
+struct Case {
+  Format f;
+  int64_t n, k;
+  std::vector<uint8_t> w;
+  std::vector<float> wf;    // dequantized
+  std::vector<float> bias;
+  cpu::QuantMatrix m() const { return {w.data(), f, n, k, *quant::row_bytes(f, k)}; }
+};
+
+Case make_case(const char* name, int64_t n, int64_t k, uint32_t seed) {
+  Case c{*quant::parse_format(name), n, k, {}, {}, {}};
+  const int64_t rb = *quant::row_bytes(c.f, k);
+  c.w.resize(n * rb);
+  c.wf.resize(n * k);
+  std::vector<float> src = random_vec(n * k, seed, 0.05f);
+  for (int64_t r = 0; r < n; ++r) {
+    quant::quantize_row(c.f, src.data() + r * k, k, c.w.data() + r * rb);
+    quant::dequantize_row(c.f, c.w.data() + r * rb, k, c.wf.data() + r * k);
+  }
+  c.bias = random_vec(n, seed + 1, 0.1f);
+  return c;
+}
+
+std::vector<float> run_q(const Case& c, const std::vector<float>& x, int64_t rows,
+                         cpu::CpuContract contract, int threads, bool bias,
+                         const int32_t* idx = nullptr) {
+  ThreadPool pool(threads);
+  cpu::QuantScratch sc;
+  std::vector<float> y(rows * c.n, -1.0f);
+  cpu::linear_q(x.data(), idx, rows, c.m(), bias ? c.bias.data() : nullptr, y.data(), contract,
+                sc, pool);
+  return y;
+}
+
+TEST(QuantLinear, ReferenceContractEqualsF32LinearOverDequantizedWeights) {
+  for (const char* name : kAllFormats) {
+    Case c = make_case(name, 40, 256, 5);
+    for (int64_t rows : {1, 5}) {
+      std::vector<float> x = random_vec(rows * c.k, 9);
+      ThreadPool pool(2);
+      std::vector<float> want(rows * c.n);
+      cpu::linear(x.data(), nullptr, rows, c.k, c.wf.data(), c.n, c.bias.data(), want.data(), pool);
+      EXPECT_TRUE(bit_equal(run_q(c, x, rows, cpu::CpuContract::kReference, 2, true), want))
+          << name << " rows " << rows;
+    }
+  }
+}
+
+TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
+  IsaGuard guard;
+  if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const char* name : kAllFormats) {
+    Case c = make_case(name, 37, 512, 21);
+    for (int64_t rows : {1, 3, 4, 9}) {
+      std::vector<float> x = random_vec(rows * c.k, 31 + rows);
+      x[7] = 0.0f;  // a block with a zero element and one all-zero block
+      std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
+      set_active_isa(CpuIsa::kScalar);
+      std::vector<float> scalar = run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2);
+      set_active_isa(CpuIsa::kAvx2);
+      std::vector<float> simd = run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2);
+      EXPECT_TRUE(bit_equal(scalar, simd)) << name << " rows " << rows;
+    }
+  }
+}
+
+TEST(QuantLinear, FastContractScalarFollowsItsDefinition) {
+  // dot_q_fast_scalar against the statement in kernels.h, written out again over dequantized
+  // integer codes: lanes of 4, fma per block, canonical sum, plus the min term.
+  Case c = make_case("int4-g64-f16-min", 3, 128, 4);
+  std::vector<float> x = random_vec(128, 8);
+  std::vector<int8_t> q(128);
+  std::vector<float> d(4), s(4);
+  cpu::quantize_activations_scalar(x.data(), 128, q.data(), d.data(), s.data());
+  for (int b = 0; b < 4; ++b) {
+    float amax = 0;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float id = 1.0f / (amax / 127.0f);
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(q[b * 32 + i], static_cast<int>(std::lrint(x[b * 32 + i] * id)));
+      sum += q[b * 32 + i];
+    }
+    ASSERT_EQ(d[b], amax / 127.0f);
+    ASSERT_EQ(s[b], d[b] * static_cast<float>(sum));
+  }
+  const int64_t rb = *quant::row_bytes(c.f, 128);
+  for (int64_t r = 0; r < 3; ++r) {
+    const uint8_t* row = c.w.data() + r * rb;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, msum = 0;
+    for (int b = 0; b < 4; ++b) {
+      const uint8_t* grp = row + (b / 2) * quant::group_bytes(c.f, 64);
+      const float dw = quant::load_scale(c.f.scale, grp), m = quant::load_scale(c.f.scale, grp + 2);
+      const uint8_t* codes = grp + 4 + (b % 2) * 16;
+      for (int l = 0; l < 8; ++l) {
+        int p = 0;
+        for (int i = 4 * l; i < 4 * l + 4; ++i) {
+          const int code = i < 16 ? (codes[i] & 15) : (codes[i - 16] >> 4);
+          p += code * q[b * 32 + i];
+        }
+        acc[l] = std::fma(dw * d[b], static_cast<float>(p), acc[l]);
+      }
+      msum = std::fma(m, s[b], msum);
+    }
+    const float want = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + msum;
+    EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(), r, q.data(), d.data(), s.data()), want) << r;
+  }
+}
+
+TEST(QuantLinear, FastContractIsCloseToExactDot) {
+  // int8 activations add a relative error of about 1/254 per block; the sum stays well within
+  // 1% of the output's scale.
+  for (const char* name : kAllFormats) {
+    Case c = make_case(name, 24, 512, 41);
+    const int64_t rows = 3;
+    std::vector<float> x = random_vec(rows * c.k, 43);
+    std::vector<float> y = run_q(c, x, rows, cpu::CpuContract::kFast, 2, false);
+    double scale = 0;
+    std::vector<double> want(rows * c.n);
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = 0, a = 0;
+        for (int64_t i = 0; i < c.k; ++i) {
+          s += static_cast<double>(x[t * c.k + i]) * c.wf[j * c.k + i];
+          a += std::fabs(static_cast<double>(x[t * c.k + i]) * c.wf[j * c.k + i]);
+        }
+        want[t * c.n + j] = s;
+        scale = std::max(scale, a);
+      }
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], want[i], 0.01 * scale) << name << " at " << i;
+  }
+}
+
+TEST(QuantLinear, ResultsDoNotDependOnBatchRowsOrThreads) {
+  for (cpu::CpuContract contract : {cpu::CpuContract::kReference, cpu::CpuContract::kFast}) {
+    for (const char* name : {"int4-g32-f16-min", "int8-g32-f16-sym", "int4-g128-f16-zp"}) {
+      Case c = make_case(name, 50, 256, 61);
+      const int64_t rows = 7;
+      std::vector<float> x = random_vec(rows * c.k, 63);
+      std::vector<float> all = run_q(c, x, rows, contract, 3, true);
+      for (int64_t t = 0; t < rows; ++t) {
+        std::vector<float> one(x.begin() + t * c.k, x.begin() + (t + 1) * c.k);
+        std::vector<float> alone = run_q(c, one, 1, contract, 1, true);
+        EXPECT_TRUE(bit_equal(alone, std::vector<float>(all.begin() + t * c.n, all.begin() + (t + 1) * c.n)))
+            << name << " " << cpu::contract_name(contract) << " row " << t;
+      }
+      // Row indirection (logits): rows 6, 0 of x.
+      const int32_t idx[2] = {6, 0};
+      std::vector<float> picked = run_q(c, x, 2, contract, 2, true, idx);
+      EXPECT_TRUE(bit_equal(std::vector<float>(picked.begin(), picked.begin() + c.n),
+                            std::vector<float>(all.begin() + 6 * c.n, all.begin() + 7 * c.n)));
+    }
+  }
+}
+
+TEST(QuantLinear, EmbeddingDequantizesRows) {
+  Case c = make_case("int4-g32-f16-min", 10, 64, 71);
+  const int32_t tokens[3] = {9, 0, 4};
+  std::vector<float> out(3 * 64);
+  ThreadPool pool(2);
+  cpu::embedding_q(tokens, 3, c.m(), out.data(), pool);
+  for (int t = 0; t < 3; ++t)
+    EXPECT_EQ(std::memcmp(out.data() + t * 64, c.wf.data() + tokens[t] * 64, 64 * sizeof(float)), 0);
+}
+
+TEST(QuantLinear, ContractNames) {
+  EXPECT_EQ(*cpu::parse_contract("fast"), cpu::CpuContract::kFast);
+  EXPECT_EQ(*cpu::parse_contract("reference"), cpu::CpuContract::kReference);
+  EXPECT_FALSE(cpu::parse_contract("turbo").ok());
+}
+
+
+// ---------------- int8 KV cache ----------------
+
+TEST(KvCacheInt8, AttentionEqualsF32CacheOfTheDequantizedRows) {
+  const int heads = 4, kv_heads = 2, hd = 64, bs = 4, blocks = 6, rows = 9;
+  const int64_t elems = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
+  std::vector<int8_t> k8(elems), v8(elems);
+  std::vector<float> ks(elems / hd), vs(elems / hd), kf(elems), vf(elems);
+  cpu::KvLayer q8;
+  q8.k8 = k8.data();
+  q8.v8 = v8.data();
+  q8.ks = ks.data();
+  q8.vs = vs.data();
+  q8.num_blocks = blocks;
+  q8.num_kv_heads = kv_heads;
+  q8.block_size = bs;
+  q8.head_dim = hd;
+  // One sequence of 9 tokens in blocks 5, 1, 3 (positions 0..8).
+  std::vector<float> k = random_vec(rows * kv_heads * hd, 81), v = random_vec(rows * kv_heads * hd, 82);
+  std::fill(k.begin() + 2 * kv_heads * hd, k.begin() + 2 * kv_heads * hd + hd, 0.0f);  // a zero row
+  const int32_t table[3] = {5, 1, 3};
+  std::vector<int64_t> slots(rows);
+  std::vector<int32_t> positions(rows), seq(rows, 0);
+  for (int t = 0; t < rows; ++t) {
+    slots[t] = static_cast<int64_t>(table[t / bs]) * bs + t % bs;
+    positions[t] = t;
+  }
+  ThreadPool pool(2);
+  cpu::kv_store(k.data(), v.data(), rows, slots.data(), q8, pool);
+  // Codes are within 1/2 step of the input; each row's scale is its own amax / 127.
+  for (int t = 0; t < rows; ++t)
+    for (int h = 0; h < kv_heads; ++h) {
+      const int64_t row = (static_cast<int64_t>(table[t / bs]) * kv_heads + h) * bs + t % bs;
+      float amax = 0;
+      for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(k[(t * kv_heads + h) * hd + d]));
+      ASSERT_EQ(ks[row], amax / 127.0f);
+      for (int d = 0; d < hd; ++d) {
+        const float deq = static_cast<float>(k8[row * hd + d]) * ks[row];
+        ASSERT_LE(std::fabs(deq - k[(t * kv_heads + h) * hd + d]), 0.5f * ks[row] * 1.001f);
+        kf[row * hd + d] = deq;
+        vf[row * hd + d] = static_cast<float>(v8[row * hd + d]) * vs[row];
+      }
+    }
+  cpu::KvLayer f32 = q8;
+  f32.k8 = f32.v8 = nullptr;
+  f32.ks = f32.vs = nullptr;
+  f32.k = kf.data();
+  f32.v = vf.data();
+  std::vector<float> q = random_vec(rows * heads * hd, 83);
+  cpu::AttentionBatch ab;
+  ab.positions = positions.data();
+  ab.seq_of_row = seq.data();
+  ab.block_tables = table;
+  ab.max_blocks_per_seq = 3;
+  std::vector<float> scratch(2 * 16), o8(rows * heads * hd), of(rows * heads * hd);
+  cpu::paged_attention(q.data(), rows, ab, q8, heads, 0.125f, 0, o8.data(), scratch.data(), 16, pool);
+  cpu::paged_attention(q.data(), rows, ab, f32, heads, 0.125f, 0, of.data(), scratch.data(), 16, pool);
+  EXPECT_TRUE(bit_equal(o8, of));
+}
+
+}  // namespace
+}  // namespace llmrt
