@@ -11,7 +11,7 @@ CpuIsa probe() {
   // F16C comes with every AVX2 CPU; the quantized kernels decode f16 scales with it.
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
-    return CpuIsa::kAvx2;
+    return __builtin_cpu_supports("avxvnni") ? CpuIsa::kAvx2Vnni : CpuIsa::kAvx2;
 #endif
   return CpuIsa::kScalar;
 }
@@ -39,6 +39,7 @@ const char* isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar: return "scalar";
     case CpuIsa::kAvx2: return "avx2+fma";
+    case CpuIsa::kAvx2Vnni: return "avx2+fma+avx-vnni";
   }
   return "unknown";
 }

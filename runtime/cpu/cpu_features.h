@@ -7,9 +7,11 @@
 
 namespace llmrt {
 
-enum class CpuIsa { kScalar = 0, kAvx2 = 1 };
+/// Ordered: each level includes the ones below. kAvx2Vnni adds AVX-VNNI (VEX vpdpbusd), used by
+/// the quantized kernels only; its integer sums equal the AVX2 ones exactly.
+enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx2Vnni = 2 };
 
-/// Best ISA this CPU (and OS) supports: AVX2+FMA or scalar.
+/// Best ISA this CPU (and OS) supports: AVX2+FMA+F16C (+AVX-VNNI) or scalar.
 CpuIsa detected_isa();
 /// ISA the kernels use now (default: detected_isa()).
 CpuIsa active_isa();

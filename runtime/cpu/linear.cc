@@ -122,7 +122,7 @@ LLMRT_AVX2 void linear_avx2(const float* x, const int32_t* rows, int64_t t0, int
 
 bool use_avx2() {
 #ifdef LLMRT_HAVE_X86
-  return active_isa() == CpuIsa::kAvx2;
+  return active_isa() >= CpuIsa::kAvx2;
 #else
   return false;
 #endif

@@ -176,21 +176,30 @@ LLMRT_AVX2_F16C inline __m256i load_codes(const uint8_t* q, __m256i zv) {
   }
 }
 
-// Eight exact lane sums over 4 consecutive elements of codes c and activations x.
-template <Offset OFF>
+// Eight exact lane sums over 4 consecutive elements of codes c and activations x (VNNI: one
+// vpdpbusd; else maddubs + madd, whose 16-bit pair sums cannot saturate: |c| <= 128, |x| <= 127,
+// and unsigned codes are int4).
+template <Offset OFF, bool VNNI>
 LLMRT_AVX2_F16C inline __m256i lane_sums(__m256i c, __m256i x) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (OFF == Offset::kMin)  // unsigned codes 0..15
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), ones);
-  else  // signed codes, |c| <= 128: sign moved onto x
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c)),
-                             ones);
+  __m256i u = c, s = x;
+  if constexpr (OFF != Offset::kMin) {  // signed codes: sign moved onto x
+    u = _mm256_sign_epi8(c, c);
+    s = _mm256_sign_epi8(x, c);
+  }
+  if constexpr (VNNI) {
+    __m256i acc = _mm256_setzero_si256();
+    // vpdpbusd (VEX); inline asm keeps the target attribute of the surrounding code.
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  }
 }
 
 // TB token rows against weight rows j0 .. j1, NR weight rows at a time (each output its own
 // dot product in the contract's order). Formats: int4 sym/zp/min, int8 sym; any group
 // (multiple of 32) and scale type, decoded inline.
-template <int BITS, Offset OFF, quant::ScaleType S, int TB, int NR>
+template <int BITS, Offset OFF, quant::ScaleType S, int TB, int NR, bool VNNI>
 LLMRT_AVX2_F16C void fast_rows_avx2(const QuantMatrix& w, int64_t j0, int64_t j1,
                                     const int8_t* const* qx, const float* const* dx,
                                     const float* const* sx, const float* bias, float* y,
@@ -238,7 +247,7 @@ LLMRT_AVX2_F16C void fast_rows_avx2(const QuantMatrix& w, int64_t j0, int64_t j1
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx[t] + b * 32));
           const float dxb = dx[t][b];
           for (int r = 0; r < NR; ++r) {
-            const __m256i p = lane_sums<OFF>(c[r], xv);
+            const __m256i p = lane_sums<OFF, VNNI>(c[r], xv);
             acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dxb), _mm256_cvtepi32_ps(p), acc[r][t]);
             if constexpr (OFF == Offset::kMin) msum[r][t] = __builtin_fmaf(m[r], sx[t][b], msum[r][t]);
           }
@@ -252,37 +261,42 @@ LLMRT_AVX2_F16C void fast_rows_avx2(const QuantMatrix& w, int64_t j0, int64_t j1
       }
   }
   if constexpr (NR > 1)
-    if (j < j1) fast_rows_avx2<BITS, OFF, S, TB, 1>(w, j, j1, qx, dx, sx, bias, y, ys);
+    if (j < j1) fast_rows_avx2<BITS, OFF, S, TB, 1, VNNI>(w, j, j1, qx, dx, sx, bias, y, ys);
 }
 
 using RowsFn = void (*)(const QuantMatrix&, int64_t, int64_t, const int8_t* const*,
                         const float* const*, const float* const*, const float*, float*, int64_t);
 
-template <int BITS, Offset OFF, int TB>
+template <int BITS, Offset OFF, int TB, bool VNNI>
 RowsFn pick_scale(quant::ScaleType s) {
+  // Two weight rows at a time share the activation loads.
   switch (s) {
-    // Two weight rows at a time share the activation loads.
-    case quant::ScaleType::kF16: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kF16, TB, 2>;
-    case quant::ScaleType::kBF16: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kBF16, TB, 2>;
-    case quant::ScaleType::kF32: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kF32, TB, 2>;
+    case quant::ScaleType::kF16: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kF16, TB, 2, VNNI>;
+    case quant::ScaleType::kBF16: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kBF16, TB, 2, VNNI>;
+    case quant::ScaleType::kF32: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kF32, TB, 2, VNNI>;
   }
   return nullptr;
 }
 
+template <int TB, bool VNNI>
+RowsFn pick_rows_isa(const Format& f) {
+  if (f.bits == 4 && f.offset == Offset::kSym) return pick_scale<4, Offset::kSym, TB, VNNI>(f.scale);
+  if (f.bits == 4 && f.offset == Offset::kZeroPoint) return pick_scale<4, Offset::kZeroPoint, TB, VNNI>(f.scale);
+  if (f.bits == 4 && f.offset == Offset::kMin) return pick_scale<4, Offset::kMin, TB, VNNI>(f.scale);
+  if (f.bits == 8 && f.offset == Offset::kSym) return pick_scale<8, Offset::kSym, TB, VNNI>(f.scale);
+  return nullptr;  // int8 zp/min codes reach 255: their pair sums would saturate maddubs
+}
+
 template <int TB>
 RowsFn pick_rows(const Format& f) {
-  if (f.bits == 4 && f.offset == Offset::kSym) return pick_scale<4, Offset::kSym, TB>(f.scale);
-  if (f.bits == 4 && f.offset == Offset::kZeroPoint) return pick_scale<4, Offset::kZeroPoint, TB>(f.scale);
-  if (f.bits == 4 && f.offset == Offset::kMin) return pick_scale<4, Offset::kMin, TB>(f.scale);
-  if (f.bits == 8 && f.offset == Offset::kSym) return pick_scale<8, Offset::kSym, TB>(f.scale);
-  return nullptr;  // int8 zp/min codes reach 255: their pair sums would saturate maddubs
+  return active_isa() >= CpuIsa::kAvx2Vnni ? pick_rows_isa<TB, true>(f) : pick_rows_isa<TB, false>(f);
 }
 
 #endif  // LLMRT_HAVE_X86
 
 bool avx2_active() {
 #ifdef LLMRT_HAVE_X86
-  return active_isa() == CpuIsa::kAvx2;
+  return active_isa() >= CpuIsa::kAvx2;
 #else
   return false;
 #endif

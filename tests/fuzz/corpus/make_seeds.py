@@ -76,6 +76,13 @@ def main(out: str) -> None:
     tiny_llama(os.path.join(out, "gguf", "tiny_qwen2_q4_1.gguf"), "qwen2", Q.Q4_1)
     tiny_llama(os.path.join(out, "gguf", "tiny_llama_q4_0.gguf"), "llama", Q.Q4_0)
 
+    os.makedirs(os.path.join(out, "npy"), exist_ok=True)
+    np.save(os.path.join(out, "npy", "token_ids_i4.npy"), np.arange(17, dtype=np.int32))
+    np.save(os.path.join(out, "npy", "token_ids_i8.npy"), np.arange(5, dtype=np.int64))
+    np.save(os.path.join(out, "npy", "logprobs_f2.npy"),
+            np.linspace(-9, 0, 24, dtype=np.float32).reshape(3, 8).astype(np.float16))
+    np.save(os.path.join(out, "npy", "logprobs_f4.npy"), np.zeros((2, 5), np.float32))
+
     rng = np.random.default_rng(6)
     save_file({"a": rng.standard_normal((4, 8)).astype(np.float32),
                "b": rng.standard_normal((8,)).astype(np.float16),
