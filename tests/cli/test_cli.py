@@ -43,14 +43,15 @@ def test_dump_ir_writes_each_stage(llmc, tmp_path):
     dump = tmp_path / "ir"
     ok([llmc, "compile", TINY / "llama", "-o", tmp_path / "p.fb", "--target", "none", "-q", "--dump-ir", dump])
     names = sorted(p.name for p in dump.iterdir())
-    assert names == ["00-import.mlir", "01-fuse-qkv.mlir", "02-fuse-gate-up.mlir", "03-fuse-add-rmsnorm.mlir",
-                     "04-kv-cache-layout.mlir", "05-plan-memory.mlir"], names
+    assert names == ["00-import.mlir", "01-pack-weights.mlir", "02-fuse-qkv.mlir", "03-fuse-gate-up.mlir",
+                     "04-fuse-add-rmsnorm.mlir", "05-kv-cache-layout.mlir", "06-plan-memory.mlir"], names
     imported = (dump / "00-import.mlir").read_text()
     assert "llm.weight_concat" not in imported and "llm.linear" in imported
-    assert "llm.weight_concat" in (dump / "01-fuse-qkv.mlir").read_text()
-    assert "llm.add_rms_norm" in (dump / "03-fuse-add-rmsnorm.mlir").read_text()
-    assert "block_size" in (dump / "04-kv-cache-layout.mlir").read_text()
-    assert "llm.arena_offsets" in (dump / "05-plan-memory.mlir").read_text()
+    assert "llm.weight_layout" in (dump / "01-pack-weights.mlir").read_text()
+    assert "llm.weight_concat" in (dump / "02-fuse-qkv.mlir").read_text()
+    assert "llm.add_rms_norm" in (dump / "04-fuse-add-rmsnorm.mlir").read_text()
+    assert "block_size" in (dump / "05-kv-cache-layout.mlir").read_text()
+    assert "llm.arena_offsets" in (dump / "06-plan-memory.mlir").read_text()
 
 
 @pytest.mark.parametrize("pass_name,op,changes", [
@@ -158,15 +159,15 @@ def test_kernel_images_per_target_are_valid(llmc, tmp_path):
 
 
 def test_compile_real_model_streams_weights(llmc, tmp_path):
-    """Compiling SmolLM2 (513 MiB of f32 weights) must not hold the model in memory: the peak RSS
-    llmc reports stays below the plan's weight bytes."""
+    """Compiling SmolLM2 to f32 (--dequantize: 513 MiB of weights) must not hold the model in
+    memory: the peak RSS llmc reports stays below the plan's weight bytes."""
     import os
     from pathlib import Path
     gguf = os.environ.get("LLMC_SMOLLM2_GGUF")
     if not gguf or not Path(gguf).is_file():
         pytest.skip("LLMC_SMOLLM2_GGUF not set (tools/test.sh sets it)")
     plan = tmp_path / "smol.fb"
-    err = ok([llmc, "compile", gguf, "-o", plan, "--target", "none"]).stderr
+    err = ok([llmc, "compile", gguf, "-o", plan, "--target", "none", "--dequantize"]).stderr
     m = re.search(r"([0-9.]+) MiB weights.*peak RSS ([0-9.]+) MiB", err)
     assert m, err
     weights, peak = float(m.group(1)), float(m.group(2))
