@@ -21,7 +21,9 @@ def tool(name):
 
 def run(cmd, timeout=600):
     """Runs a command; never raises on failure (tests look at returncode/stderr)."""
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+    # errors="replace": messages may quote bytes of a corrupted input file.
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace",
+                          timeout=timeout)
 
 
 def ok(cmd, timeout=600):
