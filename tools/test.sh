@@ -25,8 +25,10 @@ fi
 # untrusted bytes or runs kernels: the runtime, the frontends and tokenizers, their unit tests
 # and the libFuzzer targets. (The MLIR compiler is not part of it.)
 SAN_BUILD=$BUILD-sanitize
+# Full compiler paths: with bare names CMake sees a "changed" compiler on every re-run and wipes
+# the cache, losing the options below.
 cmake -S "$ROOT" -B "$SAN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_PREFIX_PATH=/usr/lib/llvm-19 -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+  -DCMAKE_PREFIX_PATH=/usr/lib/llvm-19 -DCMAKE_C_COMPILER="$(command -v clang-19)" -DCMAKE_CXX_COMPILER="$(command -v clang++-19)" \
   -DLLMC_BUILD_COMPILER=OFF -DLLMC_ENABLE_FUZZ=ON -DLLMC_ENABLE_UBSAN=ON >/dev/null
 ninja -C "$SAN_BUILD" -j "$JOBS"
 
