@@ -185,6 +185,7 @@ llmrt::Status compile(const CompileOptions &opts) {
     popts.quantize = quantizeFormat;
     popts.quantizeEmbeddings = opts.quantizeEmbeddings;
     popts.dequantize = opts.dequantize;
+    popts.weightLayout = opts.weightLayout;
     for (const std::string &other : all)
       if (other != name)
         popts.disabled.insert(other);

@@ -99,20 +99,22 @@ struct Lowering {
   /// Writes checkpoint tensor `src` (one part of plan tensor `t`) in t's
   /// quantized format: the checkpoint's own blocks when it stores that format
   /// (checked, never requantized), else round-to-nearest from f32.
-  llmrt::Status appendQuantized(llmrt::PlanFileWriter &writer, const PlanTensor &t,
-                                const SourceTensor &src, std::vector<float> &buffer,
-                                std::vector<uint8_t> &packed) {
+  /// Appends the rows of `src` in format t.quant, row layout, to `packed`.
+  llmrt::Status appendQuantized(const PlanTensor &t, const SourceTensor &src,
+                                std::vector<float> &buffer, std::vector<uint8_t> &all) {
     ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t.quant));
     if (src.shape.size() != 2)
       return llmrt::invalid_argument("tensor '" + src.name + "' is not 2-D");
     const int64_t rows = src.shape[0], k = src.shape[1];
     ASSIGN_OR_RETURN(int64_t rb, quant::row_bytes(f, k));
-    packed.resize(static_cast<size_t>(rows * rb));
+    const size_t start = all.size();
+    all.resize(start + static_cast<size_t>(rows * rb));
+    uint8_t *packed = all.data() + start;
     auto native = model.tensors->nativeFormat(src.name);
     if (native && *native == f) {
-      RETURN_IF_ERROR(model.tensors->readPacked(src.name, packed.data()));
+      RETURN_IF_ERROR(model.tensors->readPacked(src.name, packed));
       for (int64_t r = 0; r < rows; ++r) {
-        std::string bad = quant::check_row(f, packed.data() + r * rb, k);
+        std::string bad = quant::check_row(f, packed + r * rb, k);
         if (!bad.empty())
           return llmrt::invalid_argument("tensor '" + src.name + "' (" + t.quant + "), row " +
                                          std::to_string(r) + ": " + bad);
@@ -121,11 +123,12 @@ struct Lowering {
       buffer.resize(static_cast<size_t>(rows * k));
       RETURN_IF_ERROR(model.tensors->readF32(src.name, buffer.data()));
       for (int64_t r = 0; r < rows; ++r)
-        quant::quantize_row(f, buffer.data() + r * k, k, packed.data() + r * rb);
+        quant::quantize_row(f, buffer.data() + r * k, k, packed + r * rb);
     }
-    return writer.append(packed.data(), packed.size());
+    return llmrt::ok_status();
   }
 
+  quant::Layout weightLayoutKind = quant::Layout::kRowGroups;
   llmrt::StatusOr<int> kernelFor(Operation *op);
   llmrt::Status lowerForward(func::FuncOp fn,
                              flatbuffers::Offset<fb::Program> &program);
@@ -324,6 +327,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   std::string weightLayout = quant::kLayoutRowGroups;
   if (auto l = module->getAttrOfType<StringAttr>("llm.weight_layout"))
     weightLayout = l.getValue().str();
+  ASSIGN_OR_RETURN(weightLayoutKind, quant::parse_layout(weightLayout));
   for (PlanTensor &t : tensors) {
     uint64_t numel = 1;
     for (int64_t d : t.shape)
@@ -332,13 +336,10 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
     t.offset = cursor;
     t.size = numel * sizeof(float);
     if (!t.quant.empty()) {
-      if (weightLayout != quant::kLayoutRowGroups)
-        return llmrt::unimplemented("weight layout '" + weightLayout + "'");
       ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t.quant));
       if (t.shape.size() != 2)
         return llmrt::invalid_argument("quantized tensor '" + t.name + "' is not 2-D");
-      ASSIGN_OR_RETURN(int64_t rb, quant::row_bytes(f, t.shape[1]));
-      t.size = static_cast<uint64_t>(rb) * static_cast<uint64_t>(t.shape[0]);
+      ASSIGN_OR_RETURN(t.size, quant::tensor_bytes(f, weightLayoutKind, t.shape[0], t.shape[1]));
       anyQuant = true;
     }
     cursor += t.size;
@@ -454,9 +455,10 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
                    llmrt::PlanFileWriter::create(path, fbb.GetBufferPointer(), fbb.GetSize(), weightsSize));
   // Stream weights: one tensor at a time, never the whole model in memory.
   std::vector<float> buffer;
-  std::vector<uint8_t> packed;
+  std::vector<uint8_t> packed, tiled;
   for (const PlanTensor &t : tensors) {
     RETURN_IF_ERROR(writer->pad_to(t.offset));
+    packed.clear();
     for (const std::string &part : t.parts) {
       const SourceTensor *src = model.tensors->find(part);
       if (t.quant.empty()) {
@@ -465,7 +467,22 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
         RETURN_IF_ERROR(writer->append(buffer.data(), buffer.size() * sizeof(float)));
         continue;
       }
-      RETURN_IF_ERROR(appendQuantized(*writer, t, *src, buffer, packed));
+      RETURN_IF_ERROR(appendQuantized(t, *src, buffer, packed));
+    }
+    if (t.quant.empty())
+      continue;
+    if (weightLayoutKind == quant::Layout::kRowGroups) {
+      RETURN_IF_ERROR(writer->append(packed.data(), packed.size()));
+      continue;
+    }
+    // cpu_interleaved8: the concatenated rows regrouped in tiles of 8 (quant_format.h).
+    quant::Format f = *quant::parse_format(t.quant);
+    const int64_t n = t.shape[0], k = t.shape[1], rb = *quant::row_bytes(f, k);
+    const int64_t tileBytes = quant::kTileRows * rb;
+    tiled.resize(static_cast<size_t>(tileBytes));
+    for (int64_t r = 0; r < n; r += quant::kTileRows) {
+      quant::interleave_tile(f, k, packed.data() + r * rb, std::min(quant::kTileRows, n - r), tiled.data());
+      RETURN_IF_ERROR(writer->append(tiled.data(), tiled.size()));
     }
   }
   RETURN_IF_ERROR(writer->finish());

@@ -65,6 +65,16 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
                          << "' (supported: cpu)";
       return signalPassFailure();
     }
+    const char *layoutName = nullptr;
+    if (layout == "interleaved8")
+      layoutName = llmrt::quant::kLayoutInterleaved8;
+    else if (layout == "row-groups")
+      layoutName = llmrt::quant::kLayoutRowGroups;
+    else {
+      module.emitError() << "--llm-pack-weights: unknown layout '" << layout
+                         << "' (supported: interleaved8, row-groups)";
+      return signalPassFailure();
+    }
     std::optional<llmrt::quant::Format> rtn;
     if (!quantize.empty()) {
       auto f = llmrt::quant::parse_format(quantize);
@@ -91,7 +101,7 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
       else
         w.setQuantAttr(b.getStringAttr(chosen));
     });
-    module->setAttr("llm.weight_layout", b.getStringAttr(llmrt::quant::kLayoutRowGroups));
+    module->setAttr("llm.weight_layout", b.getStringAttr(layoutName));
   }
 };
 

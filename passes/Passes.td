@@ -27,9 +27,12 @@ def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
     Other weights stay f32 (with `dequantize` and no `quantize`: every
     weight, the float plan of a quantized checkpoint; with both: the
     checkpoint is dequantized, then re-quantized). The module gets `llm.weight_layout` = the target's
-    layout: "cpu_row_groups" for target cpu (rows of groups, each group its
-    scale, offset and codes; int4 codes in 32-element sub-blocks; see
-    quant_format.h), the layout the CPU kernels stream with SIMD loads.
+    layout (runtime/quant/quant_format.h): for target cpu, `layout=interleaved8`
+    (default) gives "cpu_interleaved8": rows in tiles of 8 whose codes are
+    interleaved in 4-byte chunks, so one 32-byte load feeds 8 rows' dot
+    products (what the SIMD kernels read); `layout=row-groups` gives
+    "cpu_row_groups": each row its groups (scale, offset, codes), the
+    checkpoint's own block order.
     Runs before the fusion passes, which then only concatenate weights of one
     format. Fails on an unknown target or format.
   }];
@@ -42,6 +45,8 @@ def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
            "also quantize embedding tables and lm_head">,
     Option<"dequantize", "dequantize", "bool", /*default=*/"false",
            "store every weight as f32, even quantized checkpoint tensors">,
+    Option<"layout", "layout", "std::string", /*default=*/"\"interleaved8\"",
+           "CPU weight layout: interleaved8 or row-groups">,
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -32,6 +32,7 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opts) {
     pack.quantize = opts.quantize;
     pack.quantizeEmbeddings = opts.quantizeEmbeddings;
     pack.dequantize = opts.dequantize;
+    pack.layout = opts.weightLayout;
     pm.addPass(createPackWeights(pack));
   }
   if (enabled("fuse-qkv"))
@@ -61,6 +62,9 @@ struct LLMPipelineCLOptions : PassPipelineOptions<LLMPipelineCLOptions> {
   Option<bool> dequantize{*this, "dequantize",
                           llvm::cl::desc("store every weight as f32 (pack-weights)"),
                           llvm::cl::init(false)};
+  Option<std::string> weightLayout{*this, "weight-layout",
+                                   llvm::cl::desc("quantized weight layout (pack-weights)"),
+                                   llvm::cl::init("interleaved8")};
   Option<std::string> kvDtype{*this, "kv-dtype",
                               llvm::cl::desc("KV-cache element type"),
                               llvm::cl::init("f32")};
@@ -79,6 +83,7 @@ void registerLLMPipeline() {
         opts.kvDtype = cl.kvDtype;
         opts.quantize = cl.quantize;
         opts.dequantize = cl.dequantize;
+        opts.weightLayout = cl.weightLayout;
         opts.disabled.insert(cl.disable.begin(), cl.disable.end());
         buildPipeline(pm, opts);
       });

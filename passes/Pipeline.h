@@ -24,6 +24,8 @@ struct PipelineOptions {
   std::string quantize;
   bool quantizeEmbeddings = true;
   bool dequantize = false;
+  /// Quantized weight layout for the CPU: interleaved8 (the SIMD kernels') or row-groups.
+  std::string weightLayout = "interleaved8";
   /// Passes to skip, named without the "llm-" prefix, e.g. "fuse-qkv".
   std::set<std::string> disabled;
 };

@@ -139,6 +139,10 @@ int main(int argc, char **argv) {
                     "with --quantize, keep the embedding table and lm_head in f32");
   compile->add_flag("--dequantize", copts.dequantize,
                     "store every weight as f32 (the float baseline of a quantized checkpoint); with --quantize: re-quantize from the dequantized weights");
+  compile->add_option("--weight-layout", copts.weightLayout,
+                      "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
+                      "kernels read) or row-groups (the checkpoint's blocks row by row; scalar fast kernels)")
+      ->check(CLI::IsMember({"interleaved8", "row-groups"}));
   compile->add_option("--kv-cache-dtype", copts.kvCacheDtype,
                       "KV cache element type: f32, or int8 (one f32 scale per token and head)")
       ->check(CLI::IsMember({"f32", "int8"}));

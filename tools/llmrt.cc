@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> prompt_ids;
   llmrt::SamplingParams sp;
   int max_tokens = 64, threads = 0;
+  bool pin_threads = false;
   std::string cpu_kernels;
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
   run->add_option("--frequency-penalty", sp.frequency_penalty);
   run->add_option("--seed", sp.seed);
   run->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  run->add_flag("--pin-threads", pin_threads, "pin each CPU thread to one core");
   run->add_option("--cpu-kernels", cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
 
   llmrt::GeneratorOptions gopts;
   gopts.executor.threads = threads;
+  gopts.executor.pin_threads = pin_threads;
   gopts.executor.cpu_kernels = cpu_kernels;
   const llmrt::fb::MemoryPlan* mp = plan.fb().memory();
   const llmrt::fb::KvSpec* kv = plan.fb().kv();

@@ -55,6 +55,7 @@ struct BenchFlags {
   std::string trace;
   std::string seed = "1234";
   std::string cpu_kernels;  // "" = the plan's
+  bool pin_threads = false;
 };
 
 // The parsed numbers.
@@ -295,6 +296,7 @@ int run_bench(const BenchFlags& f) {
   }
   llmrt::GeneratorOptions gopts;
   gopts.executor.threads = c.threads;
+  gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
   gopts.executor.max_tokens_per_step = budget;
   gopts.executor.num_kv_blocks = static_cast<int>(blocks + 1);
@@ -409,6 +411,7 @@ Subcommand add_bench_command(CLI::App& app) {
   s.app = cmd;
   cmd->add_option("plan", f.plan, "plan file from llmc compile")->required();
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_flag("--pin-threads", f.pin_threads, "pin each CPU thread to one core");
   cmd->add_option("-r,--repetitions", f.repetitions, "timed runs per test")->capture_default_str();
   cmd->add_option("--pp", f.pp, "prompt tokens of the prompt-processing test (0: skip)")->capture_default_str();
   cmd->add_option("--tg", f.tg, "tokens generated per sequence in the decode tests (0: skip)")->capture_default_str();

@@ -34,6 +34,7 @@ struct ServeFlags {
   std::string api_key;
   std::string served_model_name;
   int threads = 0;
+  bool pin_threads = false;
   std::string cpu_kernels;
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
@@ -170,6 +171,7 @@ int run_serve(const ServeFlags& f) {
 
   llmrt::EngineOptions eo;
   eo.threads = f.threads;
+  eo.pin_threads = f.pin_threads;
   eo.cpu_kernels = f.cpu_kernels;
   eo.max_num_batched_tokens = f.max_num_batched_tokens;
   eo.max_num_seqs = f.max_num_seqs;
@@ -218,6 +220,7 @@ Subcommand add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LLMRT_API_KEY)");
   cmd->add_option("--served-model-name", f.served_model_name, "model id clients send (default: the file or folder name without extension)");
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--pin-threads", f.pin_threads, "pin each CPU thread to one core");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

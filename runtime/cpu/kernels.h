@@ -98,12 +98,13 @@ void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& bod
 //    weights as f32.
 //  * fast (llama.cpp's way): activations are quantized per block of 32 to int8 on the fly,
 //      amax = max |x_i|, d = amax / 127, id = d != 0 ? 1 / d : 0, q_i = lrint(x_i * id)
-//      (round to nearest even), s = d * float(sum q_i);
+//      (round to nearest even), isum = sum q_i, s = d * float(isum);
 //    against weight group codes c_i (sym int4: nibble - 8; sym int8: the int8; zp: q - z;
-//    min: q) each block b gives eight exact integer lane sums p_{b,l} = sum over i in 4l..4l+3
-//    of c_i * q_i; in block order acc_l = fma(dw * dx_b, float(p_{b,l}), acc_l) and, for min
-//    formats, msum = fma(m, s_b, msum); y = (hsum(acc) in the canonical order of dot()) + msum,
-//    then + bias. The scalar implementation is the oracle; the SIMD ones are bit-identical.
+//    min: q) each block b gives the exact integer P_b = sum over its 32 elements of c_i * q_i;
+//    in block order acc = fma(dw * dx_b, float(P_b), acc) and msum = fma(m, s_b, msum) (min
+//    formats; else msum = 0); y = acc + msum, then + bias. (|P_b| < 2^24, so float(P_b) is
+//    exact.) The scalar implementation is the oracle; the SIMD ones (cpu_interleaved8 layout:
+//    8 weight rows per 32-bit lane, no horizontal sums) are bit-identical.
 //  Threads split output columns or tokens only (split_linear_work), so a row's result never
 //  depends on the batch.
 
@@ -111,12 +112,13 @@ enum class CpuContract : uint8_t { kReference = 0, kFast = 1 };
 const char* contract_name(CpuContract c);
 StatusOr<CpuContract> parse_contract(std::string_view name);
 
-/// A quantized [n, k] matrix in the cpu_row_groups layout.
+/// A quantized [n, k] matrix in the cpu_row_groups or cpu_interleaved8 layout.
 struct QuantMatrix {
   const uint8_t* data = nullptr;
   quant::Format format;
   int64_t n = 0, k = 0;
-  int64_t row_bytes = 0;
+  int64_t row_bytes = 0;  // of one row (a tile of cpu_interleaved8 is kTileRows rows)
+  quant::Layout layout = quant::Layout::kRowGroups;
 };
 
 /// Scratch of the quantized kernels, sized once (ensure) so the decode loop never allocates.
@@ -127,7 +129,10 @@ class QuantScratch {
   int8_t* qx = nullptr;     // [rows, k] int8 activations
   float* dx = nullptr;      // [rows, k / 32] block scales
   float* sx = nullptr;      // [rows, k / 32] d * sum(q)
+  int32_t* ix = nullptr;    // [rows, k / 32] sum(q)
   float* deq = nullptr;     // per thread: kDeqRows rows of k floats (reference contract)
+  uint8_t* rowbuf = nullptr;  // per thread: one row of any format in the row layout
+  int64_t rowbuf_stride = 0;
   static constexpr int64_t kDeqRows = 16;
   int64_t rows_cap = 0, k_cap = 0;
   int threads_cap = 0;
@@ -135,6 +140,8 @@ class QuantScratch {
  private:
   std::vector<int8_t> qx_;
   std::vector<float> dx_, sx_, deq_;
+  std::vector<int32_t> ix_;
+  std::vector<uint8_t> rowbuf_;
 };
 
 /// y[t, :] = x[r(t), :] . dequant(w)^T + bias under `contract` (see above).
@@ -143,10 +150,11 @@ void linear_q(const float* x, const int32_t* rows, int64_t num_rows, const Quant
               ThreadPool& pool);
 /// out[t, :] = dequantized row tokens[t] of the [vocab, dim] table.
 void embedding_q(const int32_t* tokens, int64_t num_tokens, const QuantMatrix& table, float* out,
-                 ThreadPool& pool);
+                 QuantScratch& scratch, ThreadPool& pool);
 
 /// Test hooks: the fast contract's activation quantization and one output element, scalar.
-void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s);
+void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s,
+                                 int32_t* sums = nullptr);
 float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, const float* dx,
                         const float* sx);
 

@@ -34,30 +34,59 @@ void QuantScratch::ensure(int64_t rows, int64_t k_max, int threads) {
   qx_.assign(static_cast<size_t>(rows_cap * k_cap), 0);
   dx_.assign(static_cast<size_t>(rows_cap * (k_cap / quant::kSubBlock + 1)), 0.0f);
   sx_.assign(dx_.size(), 0.0f);
+  ix_.assign(dx_.size(), 0);
   deq_.assign(static_cast<size_t>(threads_cap * kDeqRows * k_cap), 0.0f);
+  // A row is at most 1.25 bytes per element (int8 codes, f32 scale and min per 32) plus slack.
+  rowbuf_stride = (2 * k_cap + 64 + 63) / 64 * 64;
+  rowbuf_.assign(static_cast<size_t>(threads_cap * rowbuf_stride), 0);
   qx = qx_.data();
   dx = dx_.data();
   sx = sx_.data();
+  ix = ix_.data();
   deq = deq_.data();
+  rowbuf = rowbuf_.data();
 }
 
 namespace {
 
-// ---------------- fast contract: scalar oracle ----------------
+// One row's groups in either layout (quant_format.h), for the scalar code.
+struct RowView {
+  const Format& f;
+  const uint8_t* base;  // the row (row layout) or its tile (interleaved)
+  int64_t gb, hb, cb;   // group, header and per-row sub-block code bytes
+  int sb, r;            // scale bytes; row within the tile (-1: row layout)
 
-// Signed code of element i (0..31) of a 32-element sub-block at q (min formats: the raw code).
-inline int code_at(const Format& f, const uint8_t* q, int i, int z) {
-  if (f.bits == 8) {
-    if (f.offset == Offset::kSym) return static_cast<int8_t>(q[i]);
-    return static_cast<int>(q[i]) - z;  // z = 0 for min
+  RowView(const QuantMatrix& w, int64_t row)
+      : f(w.format),
+        gb(quant::group_bytes(w.format, quant::group_elems(w.format, w.k))),
+        hb(quant::header_bytes(w.format)),
+        cb(quant::kSubBlock * w.format.bits / 8),
+        sb(quant::scale_bytes(w.format.scale)) {
+    if (w.layout == quant::Layout::kInterleaved8) {
+      base = w.data + row / quant::kTileRows * quant::kTileRows * w.row_bytes;
+      r = static_cast<int>(row % quant::kTileRows);
+    } else {
+      base = w.data + row * w.row_bytes;
+      r = -1;
+    }
   }
-  const int nib = i < 16 ? (q[i] & 0x0F) : (q[i - 16] >> 4);
-  return nib - z;
-}
+  const uint8_t* group(int64_t gi) const { return base + gi * gb * (r < 0 ? 1 : quant::kTileRows); }
+  float scale(const uint8_t* g) const { return quant::load_scale(f.scale, g + (r < 0 ? 0 : r * sb)); }
+  float min(const uint8_t* g) const {
+    return quant::load_scale(f.scale, g + (r < 0 ? sb : quant::kTileRows * sb + r * sb));
+  }
+  int zero_point(const uint8_t* g) const { return r < 0 ? g[sb] : g[quant::kTileRows * sb + r]; }
+  // Byte i (< cb) of sub-block s of group g in the row layout's order.
+  uint8_t code_byte(const uint8_t* g, int64_t s, int64_t i) const {
+    if (r < 0) return g[hb + s * cb + i];
+    return g[quant::kTileRows * (hb + s * cb) + 32 * (i / 4) + 4 * r + i % 4];
+  }
+};
 
 }  // namespace
 
-void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s) {
+void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s,
+                                 int32_t* sums) {
   for (int64_t b = 0; b < k / quant::kSubBlock; ++b) {
     const float* v = x + b * quant::kSubBlock;
     float amax = 0.0f;
@@ -72,47 +101,51 @@ void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d,
     }
     d[b] = db;
     s[b] = db * static_cast<float>(sum);
+    if (sums) sums[b] = sum;
   }
 }
 
 float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, const float* dx,
                         const float* sx) {
   const Format& f = w.format;
+  const RowView v(w, row);
   const int64_t g = quant::group_elems(f, w.k);
-  const int64_t gb = quant::group_bytes(f, g), hb = quant::header_bytes(f);
-  const int sb = quant::scale_bytes(f.scale);
-  const uint8_t* grp = w.data + row * w.row_bytes;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  float msum = 0.0f;
+  float acc = 0.0f, msum = 0.0f;
   int64_t b = 0;
-  for (int64_t base = 0; base < w.k; base += g, grp += gb) {
-    const float dw = quant::load_scale(f.scale, grp);
-    const float m = f.offset == Offset::kMin ? quant::load_scale(f.scale, grp + sb) : 0.0f;
+  for (int64_t gi = 0; gi < w.k / g; ++gi) {
+    const uint8_t* grp = v.group(gi);
+    const float dw = v.scale(grp);
+    const float m = f.offset == Offset::kMin ? v.min(grp) : 0.0f;
     int z = 0;
-    if (f.offset == Offset::kZeroPoint) z = grp[sb];
+    if (f.offset == Offset::kZeroPoint) z = v.zero_point(grp);
     else if (f.offset == Offset::kSym && f.bits == 4) z = 8;
-    const uint8_t* q = grp + hb;
-    for (int64_t s = 0; s < g; s += quant::kSubBlock, ++b, q += quant::kSubBlock * f.bits / 8) {
+    for (int64_t s = 0; s < g / quant::kSubBlock; ++s, ++b) {
       const int8_t* xq = qx + b * quant::kSubBlock;
-      const float d = dw * dx[b];
-      for (int l = 0; l < 8; ++l) {
-        int p = 0;
-        for (int i = 4 * l; i < 4 * l + 4; ++i) p += code_at(f, q, i, z) * xq[i];
-        acc[l] = std::fma(d, static_cast<float>(p), acc[l]);
+      int32_t p = 0;
+      for (int i = 0; i < quant::kSubBlock; ++i) {
+        int c;
+        if (f.bits == 8) {
+          const uint8_t byte = v.code_byte(grp, s, i);
+          c = f.offset == Offset::kSym ? static_cast<int8_t>(byte) : byte - z;
+        } else {
+          c = (i < 16 ? v.code_byte(grp, s, i) & 0x0F : v.code_byte(grp, s, i - 16) >> 4) - z;
+        }
+        p += c * xq[i];
       }
+      acc = std::fma(dw * dx[b], static_cast<float>(p), acc);
       if (f.offset == Offset::kMin) msum = std::fma(m, sx[b], msum);
     }
   }
-  return reduce8(acc) + msum;
+  return acc + msum;
 }
 
 namespace {
 
-// ---------------- fast contract: AVX2 ----------------
+// ---------------- fast contract: AVX2 over cpu_interleaved8 ----------------
 #ifdef LLMRT_HAVE_X86
 
 LLMRT_AVX2 void quantize_activations_avx2(const float* x, int64_t k, int8_t* q, float* d,
-                                          float* s) {
+                                          float* s, int32_t* sums) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < k / quant::kSubBlock; ++b) {
     const float* v = x + b * quant::kSubBlock;
@@ -143,153 +176,147 @@ LLMRT_AVX2 void quantize_activations_avx2(const float* x, int64_t k, int8_t* q, 
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * quant::kSubBlock), p);
     d[b] = db;
     s[b] = db * static_cast<float>(isum);
+    sums[b] = isum;
   }
 }
 
-// Scale of the weight format, decoded inline (F16C for halves: exact, like half_to_float).
+// The 8 rows' scales (or mins) of a tile group, as f32 (F16C for halves: exact).
 template <quant::ScaleType S>
-LLMRT_AVX2_F16C inline float load_scale_inline(const uint8_t* p) {
+LLMRT_AVX2_F16C inline __m256 load_scales8(const uint8_t* p) {
   if constexpr (S == quant::ScaleType::kF32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
   } else {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    if constexpr (S == quant::ScaleType::kF16) return _cvtsh_ss(h);
-    else return quant::bf16_to_float(h);
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (S == quant::ScaleType::kF16) return _mm256_cvtph_ps(h);
+    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 }
 
-// One 32-element sub-block of weight codes as 32 bytes in element order (int4: nibbles - z
-// unless min).
-template <int BITS, Offset OFF>
-LLMRT_AVX2_F16C inline __m256i load_codes(const uint8_t* q, __m256i zv) {
-  if constexpr (BITS == 8) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  } else {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    __m256i c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                                 _mm256_set1_epi8(0x0F));
-    if constexpr (OFF != Offset::kMin) c = _mm256_sub_epi8(c, zv);
-    return c;
-  }
-}
-
-// Eight exact lane sums over 4 consecutive elements of codes c and activations x (VNNI: one
-// vpdpbusd; else maddubs + madd, whose 16-bit pair sums cannot saturate: |c| <= 128, |x| <= 127,
-// and unsigned codes are int4).
-template <Offset OFF, bool VNNI>
-LLMRT_AVX2_F16C inline __m256i lane_sums(__m256i c, __m256i x) {
-  __m256i u = c, s = x;
-  if constexpr (OFF != Offset::kMin) {  // signed codes: sign moved onto x
-    u = _mm256_sign_epi8(c, c);
-    s = _mm256_sign_epi8(x, c);
-  }
+// acc + per 32-bit lane the sum of the four products u_i * s_i (u unsigned, s signed bytes);
+// without VNNI maddubs + madd, whose 16-bit pair sums cannot saturate here (u <= 128, |s| <= 127
+// or u <= 15).
+template <bool VNNI>
+LLMRT_AVX2_F16C inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
   if constexpr (VNNI) {
-    __m256i acc = _mm256_setzero_si256();
     // vpdpbusd (VEX); inline asm keeps the target attribute of the surrounding code.
     __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
     return acc;
   } else {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
   }
 }
 
-// TB token rows against weight rows j0 .. j1, NR weight rows at a time (each output its own
-// dot product in the contract's order). Formats: int4 sym/zp/min, int8 sym; any group
-// (multiple of 32) and scale type, decoded inline.
-template <int BITS, Offset OFF, quant::ScaleType S, int TB, int NR, bool VNNI>
-LLMRT_AVX2_F16C void fast_rows_avx2(const QuantMatrix& w, int64_t j0, int64_t j1,
-                                    const int8_t* const* qx, const float* const* dx,
-                                    const float* const* sx, const float* bias, float* y,
-                                    int64_t ys) {
+inline const int32_t* as_i32(const int8_t* p) { return reinterpret_cast<const int32_t*>(p); }
+
+// TB token rows against tiles tile0 .. tile1 (8 weight rows each, lane r = row r): P_b per lane
+// from 4-byte chunks of codes against 4 activations broadcast to every lane, then the contract's
+// fma steps on 8 rows at once. int4: codes are unsigned nibbles, P = sum q x - z * sum x. int8:
+// codes (sym) or codes ^ 0x80 (zp/min: c - 128) are signed; |c| goes in the unsigned operand and
+// its sign onto x, P = sum c' x (+ (128 - z) * sum x).
+template <int BITS, Offset OFF, quant::ScaleType S, int TB, bool VNNI>
+LLMRT_AVX2_F16C void fast_tiles_avx2(const QuantMatrix& w, int64_t tile0, int64_t tile1,
+                                     const int8_t* const* qx, const float* const* dx,
+                                     const float* const* sx, const int32_t* const* ix,
+                                     const float* bias, float* y, int64_t ys) {
+  constexpr int64_t R = quant::kTileRows;
   constexpr int SB = S == quant::ScaleType::kF32 ? 4 : 2;
   constexpr int HB = SB + (OFF == Offset::kZeroPoint ? 1 : OFF == Offset::kMin ? SB : 0);
-  constexpr int CB = quant::kSubBlock * BITS / 8;  // code bytes per 32 elements
+  constexpr int CB = quant::kSubBlock * BITS / 8;  // code bytes per row and sub-block
   const int64_t g = quant::group_elems(w.format, w.k);
   const int64_t gb = HB + g * BITS / 8;
   const int64_t groups = w.k / g, subs = g / quant::kSubBlock;
-  int64_t j = j0;
-  for (; j + NR <= j1; j += NR) {
-    const uint8_t* grp[NR];
-    __m256 acc[NR][TB];
-    float msum[NR][TB];
-    for (int r = 0; r < NR; ++r) {
-      grp[r] = w.data + (j + r) * w.row_bytes;
-      for (int t = 0; t < TB; ++t) {
-        acc[r][t] = _mm256_setzero_ps();
-        msum[r][t] = 0.0f;
-      }
-    }
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t tile = tile0; tile < tile1; ++tile) {
+    const uint8_t* grp = w.data + tile * R * w.row_bytes;
+    __m256 acc[TB], msum[TB];
+    for (int t = 0; t < TB; ++t) acc[t] = msum[t] = _mm256_setzero_ps();
     int64_t b = 0;
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      float dw[NR];
-      [[maybe_unused]] float m[NR];
-      [[maybe_unused]] __m256i zv[NR];
-      const uint8_t* q[NR];
-      for (int r = 0; r < NR; ++r) {
-        dw[r] = load_scale_inline<S>(grp[r]);
-        if constexpr (OFF == Offset::kMin) m[r] = load_scale_inline<S>(grp[r] + SB);
-        if constexpr (OFF == Offset::kZeroPoint) zv[r] = _mm256_set1_epi8(static_cast<char>(grp[r][SB]));
-        if constexpr (OFF == Offset::kSym && BITS == 4) zv[r] = _mm256_set1_epi8(8);
-        q[r] = grp[r] + HB;
-        grp[r] += gb;
+    for (int64_t gi = 0; gi < groups; ++gi, grp += R * gb) {
+      const __m256 dw = load_scales8<S>(grp);
+      [[maybe_unused]] __m256 m;
+      [[maybe_unused]] __m256i zc;  // per-lane multiplier of sum x in P
+      if constexpr (OFF == Offset::kMin) m = load_scales8<S>(grp + R * SB);
+      if constexpr (OFF == Offset::kZeroPoint) {
+        const __m256i z = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(grp + R * SB)));
+        zc = BITS == 8 ? _mm256_sub_epi32(_mm256_set1_epi32(128), z) : _mm256_sub_epi32(_mm256_setzero_si256(), z);
       }
-      for (int64_t sbk = 0; sbk < subs; ++sbk, ++b) {
-        __m256i c[NR];
-        for (int r = 0; r < NR; ++r) {
-          c[r] = load_codes<BITS, OFF>(q[r], zv[r]);
-          q[r] += CB;
-        }
+      const uint8_t* q = grp + R * HB;
+      for (int64_t s = 0; s < subs; ++s, ++b, q += R * CB) {
+        __m256i p[TB];
+        for (int t = 0; t < TB; ++t) p[t] = _mm256_setzero_si256();
+        if constexpr (BITS == 4) {
 #pragma GCC unroll 4
-        for (int t = 0; t < TB; ++t) {
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx[t] + b * 32));
-          const float dxb = dx[t][b];
-          for (int r = 0; r < NR; ++r) {
-            const __m256i p = lane_sums<OFF, VNNI>(c[r], xv);
-            acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dxb), _mm256_cvtepi32_ps(p), acc[r][t]);
-            if constexpr (OFF == Offset::kMin) msum[r][t] = __builtin_fmaf(m[r], sx[t][b], msum[r][t]);
+          for (int c = 0; c < 4; ++c) {
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
+            const __m256i lo = _mm256_and_si256(raw, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            for (int t = 0; t < TB; ++t) {
+              const int8_t* xb = qx[t] + b * quant::kSubBlock;
+              p[t] = dot4<VNNI>(p[t], lo, _mm256_set1_epi32(as_i32(xb)[c]));
+              p[t] = dot4<VNNI>(p[t], hi, _mm256_set1_epi32(as_i32(xb)[4 + c]));
+            }
+          }
+        } else {
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; ++c) {
+            __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
+            if constexpr (OFF != Offset::kSym) raw = _mm256_xor_si256(raw, _mm256_set1_epi8(static_cast<char>(0x80)));
+            const __m256i u = _mm256_sign_epi8(raw, raw);  // |c|; -128 reads as 128 unsigned
+            for (int t = 0; t < TB; ++t) {
+              const __m256i xv = _mm256_set1_epi32(as_i32(qx[t] + b * quant::kSubBlock)[c]);
+              p[t] = dot4<VNNI>(p[t], u, _mm256_sign_epi8(xv, raw));
+            }
           }
         }
+        for (int t = 0; t < TB; ++t) {
+          const int32_t isum = ix[t][b];
+          if constexpr (BITS == 4 && OFF == Offset::kSym) p[t] = _mm256_sub_epi32(p[t], _mm256_set1_epi32(8 * isum));
+          if constexpr (OFF == Offset::kZeroPoint) p[t] = _mm256_add_epi32(p[t], _mm256_mullo_epi32(zc, _mm256_set1_epi32(isum)));
+          if constexpr (BITS == 8 && OFF == Offset::kMin) p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(128 * isum));
+          const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b]));
+          acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[t]), acc[t]);
+          if constexpr (OFF == Offset::kMin) msum[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[t][b]), msum[t]);
+        }
       }
     }
-    for (int r = 0; r < NR; ++r)
-      for (int t = 0; t < TB; ++t) {
-        const float v = hsum_canonical(acc[r][t]) + msum[r][t];
-        y[t * ys + j + r] = bias ? v + bias[j + r] : v;
-      }
+    const int64_t j0 = tile * R, rows = std::min<int64_t>(R, w.n - j0);
+    for (int t = 0; t < TB; ++t) {
+      alignas(32) float out[R];
+      _mm256_store_ps(out, _mm256_add_ps(acc[t], msum[t]));
+      for (int64_t r = 0; r < rows; ++r) y[t * ys + j0 + r] = bias ? out[r] + bias[j0 + r] : out[r];
+    }
   }
-  if constexpr (NR > 1)
-    if (j < j1) fast_rows_avx2<BITS, OFF, S, TB, 1, VNNI>(w, j, j1, qx, dx, sx, bias, y, ys);
 }
 
-using RowsFn = void (*)(const QuantMatrix&, int64_t, int64_t, const int8_t* const*,
-                        const float* const*, const float* const*, const float*, float*, int64_t);
+using TilesFn = void (*)(const QuantMatrix&, int64_t, int64_t, const int8_t* const*,
+                         const float* const*, const float* const*, const int32_t* const*,
+                         const float*, float*, int64_t);
 
 template <int BITS, Offset OFF, int TB, bool VNNI>
-RowsFn pick_scale(quant::ScaleType s) {
-  // Two weight rows at a time share the activation loads.
+TilesFn pick_scale(quant::ScaleType s) {
   switch (s) {
-    case quant::ScaleType::kF16: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kF16, TB, 2, VNNI>;
-    case quant::ScaleType::kBF16: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kBF16, TB, 2, VNNI>;
-    case quant::ScaleType::kF32: return fast_rows_avx2<BITS, OFF, quant::ScaleType::kF32, TB, 2, VNNI>;
+    case quant::ScaleType::kF16: return fast_tiles_avx2<BITS, OFF, quant::ScaleType::kF16, TB, VNNI>;
+    case quant::ScaleType::kBF16: return fast_tiles_avx2<BITS, OFF, quant::ScaleType::kBF16, TB, VNNI>;
+    case quant::ScaleType::kF32: return fast_tiles_avx2<BITS, OFF, quant::ScaleType::kF32, TB, VNNI>;
   }
   return nullptr;
 }
 
-template <int TB, bool VNNI>
-RowsFn pick_rows_isa(const Format& f) {
-  if (f.bits == 4 && f.offset == Offset::kSym) return pick_scale<4, Offset::kSym, TB, VNNI>(f.scale);
-  if (f.bits == 4 && f.offset == Offset::kZeroPoint) return pick_scale<4, Offset::kZeroPoint, TB, VNNI>(f.scale);
-  if (f.bits == 4 && f.offset == Offset::kMin) return pick_scale<4, Offset::kMin, TB, VNNI>(f.scale);
-  if (f.bits == 8 && f.offset == Offset::kSym) return pick_scale<8, Offset::kSym, TB, VNNI>(f.scale);
-  return nullptr;  // int8 zp/min codes reach 255: their pair sums would saturate maddubs
+template <int BITS, int TB, bool VNNI>
+TilesFn pick_offset(const Format& f) {
+  switch (f.offset) {
+    case Offset::kSym: return pick_scale<BITS, Offset::kSym, TB, VNNI>(f.scale);
+    case Offset::kZeroPoint: return pick_scale<BITS, Offset::kZeroPoint, TB, VNNI>(f.scale);
+    case Offset::kMin: return pick_scale<BITS, Offset::kMin, TB, VNNI>(f.scale);
+  }
+  return nullptr;
 }
 
 template <int TB>
-RowsFn pick_rows(const Format& f) {
-  return active_isa() >= CpuIsa::kAvx2Vnni ? pick_rows_isa<TB, true>(f) : pick_rows_isa<TB, false>(f);
+TilesFn pick_tiles(const Format& f) {
+  const bool vnni = active_isa() >= CpuIsa::kAvx2Vnni;
+  if (f.bits == 4) return vnni ? pick_offset<4, TB, true>(f) : pick_offset<4, TB, false>(f);
+  return vnni ? pick_offset<8, TB, true>(f) : pick_offset<8, TB, false>(f);
 }
 
 #endif  // LLMRT_HAVE_X86
@@ -302,11 +329,11 @@ bool avx2_active() {
 #endif
 }
 
-void quantize_activations(const float* x, int64_t k, int8_t* q, float* d, float* s) {
+void quantize_activations(const float* x, int64_t k, int8_t* q, float* d, float* s, int32_t* sums) {
 #ifdef LLMRT_HAVE_X86
-  if (avx2_active()) return quantize_activations_avx2(x, k, q, d, s);
+  if (avx2_active()) return quantize_activations_avx2(x, k, q, d, s, sums);
 #endif
-  quantize_activations_scalar(x, k, q, d, s);
+  quantize_activations_scalar(x, k, q, d, s, sums);
 }
 
 void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const QuantMatrix& w,
@@ -315,33 +342,30 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
   pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t)
       quantize_activations(x + (rows ? rows[t] : t) * k, k, sc.qx + t * k, sc.dx + t * nb,
-                           sc.sx + t * nb);
+                           sc.sx + t * nb, sc.ix + t * nb);
   });
 #ifdef LLMRT_HAVE_X86
-  RowsFn rows4 = nullptr, rows1 = nullptr;
-  if (avx2_active()) {
-    rows4 = pick_rows<4>(w.format);
-    rows1 = pick_rows<1>(w.format);
-  }
-  if (rows1) {
+  if (avx2_active() && w.layout == quant::Layout::kInterleaved8) {
+    TilesFn tiles4 = pick_tiles<4>(w.format), tiles1 = pick_tiles<1>(w.format);
+    constexpr int64_t R = quant::kTileRows;
+    // split_linear_work hands out column ranges in units of 16: whole tiles.
     split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int) {
+      const int64_t tile0 = n0 / R, tile1 = (n1 + R - 1) / R;
       int64_t t = t0;
-      for (; t + 4 <= t1; t += 4) {
+      const auto run = [&](TilesFn fn, int tb) {
         const int8_t* qx[4];
         const float *dx[4], *sx[4];
-        for (int i = 0; i < 4; ++i) {
+        const int32_t* ix[4];
+        for (int i = 0; i < tb; ++i) {
           qx[i] = sc.qx + (t + i) * k;
           dx[i] = sc.dx + (t + i) * nb;
           sx[i] = sc.sx + (t + i) * nb;
+          ix[i] = sc.ix + (t + i) * nb;
         }
-        rows4(w, n0, n1, qx, dx, sx, bias, y + t * n, n);
-      }
-      for (; t < t1; ++t) {
-        const int8_t* qx[1] = {sc.qx + t * k};
-        const float* dx[1] = {sc.dx + t * nb};
-        const float* sx[1] = {sc.sx + t * nb};
-        rows1(w, n0, n1, qx, dx, sx, bias, y + t * n, n);
-      }
+        fn(w, tile0, tile1, qx, dx, sx, ix, bias, y + t * n, n);
+      };
+      for (; t + 4 <= t1; t += 4) run(tiles4, 4);
+      for (; t < t1; ++t) run(tiles1, 1);
     });
     return;
   }
@@ -355,16 +379,25 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
   });
 }
 
+// Row j of w in the row layout: in place, or copied out of its tile into buf.
+const uint8_t* row_bytes_of(const QuantMatrix& w, int64_t j, uint8_t* buf) {
+  if (w.layout == quant::Layout::kRowGroups) return w.data + j * w.row_bytes;
+  quant::deinterleave_row(w.format, w.k, w.data + j / quant::kTileRows * quant::kTileRows * w.row_bytes,
+                          static_cast<int>(j % quant::kTileRows), buf);
+  return buf;
+}
+
 void linear_reference(const float* x, const int32_t* rows, int64_t num_rows, const QuantMatrix& w,
                       const float* bias, float* y, QuantScratch& sc, ThreadPool& pool) {
   const int64_t k = w.k, n = w.n;
   split_linear_work(num_rows, n, pool,
                     [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int worker) {
     float* deq = sc.deq + static_cast<int64_t>(worker) * QuantScratch::kDeqRows * k;
+    uint8_t* buf = sc.rowbuf + worker * sc.rowbuf_stride;
     for (int64_t j = n0; j < n1; j += QuantScratch::kDeqRows) {
       const int64_t cnt = std::min<int64_t>(QuantScratch::kDeqRows, n1 - j);
       for (int64_t r = 0; r < cnt; ++r)
-        quant::dequantize_row(w.format, w.data + (j + r) * w.row_bytes, k, deq + r * k);
+        quant::dequantize_row(w.format, row_bytes_of(w, j + r, buf), k, deq + r * k);
       linear_range(x, rows, t0, t1, k, deq, cnt, bias ? bias + j : nullptr, y + j, n);
     }
   });
@@ -382,11 +415,12 @@ void linear_q(const float* x, const int32_t* rows, int64_t num_rows, const Quant
 }
 
 void embedding_q(const int32_t* tokens, int64_t num_tokens, const QuantMatrix& table, float* out,
-                 ThreadPool& pool) {
-  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e, int) {
+                 QuantScratch& scratch, ThreadPool& pool) {
+  scratch.ensure(1, table.k, pool.num_threads());
+  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e, int worker) {
+    uint8_t* buf = scratch.rowbuf + worker * scratch.rowbuf_stride;
     for (int64_t t = b; t < e; ++t)
-      quant::dequantize_row(table.format, table.data + static_cast<int64_t>(tokens[t]) * table.row_bytes,
-                            table.k, out + t * table.k);
+      quant::dequantize_row(table.format, row_bytes_of(table, tokens[t], buf), table.k, out + t * table.k);
   });
 }
 

@@ -265,7 +265,10 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   kv_cache_.reset(static_cast<float*>(kv_map));
   kv_cache_.get_deleter().bytes = kv_bytes;
   kv_bytes_ = kv_bytes;
-  pool_ = std::make_unique<ThreadPool>(opt.threads);
+  ThreadPool::Options po;
+  po.threads = opt.threads;
+  po.pin = opt.pin_threads;
+  pool_ = std::make_unique<ThreadPool>(po);
   attn_scratch_.assign(static_cast<size_t>(pool_->num_threads()) * max_model_len_, 0.0f);
   seq_of_row_.assign(max_tokens_, -1);
   return ok_status();
@@ -359,7 +362,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     return ok_status();
   };
   // Weight 0 of a Linear/Logits/Embedding step: F32 [n, k] (n = -1: any) or quantized
-  // (cpu_row_groups of a quant_format.h format).
+  // (a quant_format.h format in the cpu_row_groups or cpu_interleaved8 layout).
   auto matrix = [&](int64_t n, int64_t k) -> Status {
     if (weights.empty() || weights[0] == -1) return invalid_argument(where + ": missing weight 0");
     const auto* tensors = plan.fb().tensors();
@@ -374,10 +377,8 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : fb::DType::I4))
       return invalid_argument(where + ": weight '" + tname + "' has dtype " +
                               fb::EnumNameDType(t->dtype()) + " but format " + t->quant()->str());
-    if (!t->layout() || t->layout()->str() != quant::kLayoutRowGroups)
-      return unimplemented(where + ": quantized weight '" + tname + "' has layout '" +
-                           (t->layout() ? t->layout()->str() : std::string()) +
-                           "' (the CPU backend reads " + quant::kLayoutRowGroups + ")");
+    StatusOr<quant::Layout> layout = quant::parse_layout(t->layout() ? t->layout()->str() : std::string());
+    if (!layout.ok()) return unimplemented(where + ": weight '" + tname + "': " + std::string(layout.status().message()));
     const auto* dims = t->shape();
     if (!dims || dims->size() != 2 || dims->Get(0) <= 0 || (n >= 0 && dims->Get(0) != n) ||
         dims->Get(1) != k)
@@ -386,15 +387,19 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     StatusOr<int64_t> rb = quant::row_bytes(*f, k);
     if (!rb.ok()) return rb.status().with_context(where + ": weight '" + tname + "'");
     const int64_t rows = dims->Get(0);
-    if (rows > (int64_t{1} << 40) / *rb || t->size() != static_cast<uint64_t>(rows * *rb))
+    if (rows > (int64_t{1} << 40) / *rb)
+      return invalid_argument(where + ": quantized weight '" + tname + "' is too large");
+    const uint64_t need = *quant::tensor_bytes(*f, *layout, rows, k);
+    if (t->size() != need)
       return invalid_argument(where + ": quantized weight '" + tname + "' has " + str(t->size()) +
-                              " bytes, its shape and format need " + str(rows * *rb));
+                              " bytes, its shape, format and layout need " + str(need));
     st->qw.data = plan.tensor_data(ti);
     if (!st->qw.data) return invalid_argument(where + ": weight '" + tname + "' has no data");
     st->qw.format = *f;
     st->qw.n = rows;
     st->qw.k = k;
     st->qw.row_bytes = *rb;
+    st->qw.layout = *layout;
     st->quantized = true;
     return ok_status();
   };
@@ -836,7 +841,7 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
     switch (st.op) {
       case fb::OpKind::Embedding:
         if (st.quantized)
-          cpu::embedding_q(b.tokens.data(), T, st.qw, P(st.out[0]), pool);
+          cpu::embedding_q(b.tokens.data(), T, st.qw, P(st.out[0]), *quant_scratch_, pool);
         else
           cpu::embedding(b.tokens.data(), T, st.w, st.n, P(st.out[0]), pool);
         break;

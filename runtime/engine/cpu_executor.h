@@ -40,7 +40,8 @@ struct BatchInput {
 };
 
 struct CpuExecutorOptions {
-  int threads = 0;              // 0: hardware concurrency
+  int threads = 0;              // 0: the CPUs this process may use (its affinity mask)
+  bool pin_threads = false;     // pin each pool thread to one of those CPUs
   int max_tokens_per_step = 0;  // 0: the plan's cap
   int max_seqs_per_step = 0;    // 0: the plan's cap
   int num_kv_blocks = 0;        // 0: enough for one sequence of max_model_len tokens

@@ -62,7 +62,8 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
     }
     uint64_t want = numel * static_cast<uint64_t>(elem);
     if (quantized) {
-      // Quantized: a 2-D [rows, k] tensor of whole rows of its format (quant_format.h).
+      // Quantized: a 2-D [rows, k] tensor of whole rows (or tiles of rows) of its format and
+      // layout (quant_format.h).
       const std::string qname = t->quant()->str();
       StatusOr<quant::Format> f = quant::parse_format(qname);
       if (!f.ok()) return f.status().with_context("tensor '" + name + "'");
@@ -71,13 +72,15 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
                                 " but format " + qname);
       if (t->shape()->size() != 2)
         return invalid_argument("quantized tensor '" + name + "' is not 2-D");
-      StatusOr<int64_t> rb = quant::row_bytes(*f, t->shape()->Get(1));
-      if (!rb.ok()) return rb.status().with_context("tensor '" + name + "'");
-      want = static_cast<uint64_t>(*rb) * static_cast<uint64_t>(t->shape()->Get(0));
+      StatusOr<quant::Layout> layout = quant::parse_layout(t->layout() ? t->layout()->str() : std::string());
+      if (!layout.ok()) return layout.status().with_context("tensor '" + name + "'");
+      StatusOr<uint64_t> bytes = quant::tensor_bytes(*f, *layout, t->shape()->Get(0), t->shape()->Get(1));
+      if (!bytes.ok()) return bytes.status().with_context("tensor '" + name + "'");
+      want = *bytes;
     }
     if (want != t->size())
       return invalid_argument("tensor '" + name + "' size " + std::to_string(t->size()) +
-                              " does not match its shape and " + (quantized ? "format" : "dtype"));
+                              " does not match its shape and " + (quantized ? "format and layout" : "dtype"));
     if (t->offset() % kTensorAlignment != 0)
       return invalid_argument("tensor '" + name + "' is not 64-byte aligned");
     if (!fits(t->offset(), t->size(), weights_size))
@@ -225,7 +228,8 @@ StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> fi
                          std::to_string(kSchemaMinor) + "); recompile the model with a matching llmc");
   if (root->cpu_kernel_abi() != kCpuKernelAbi)
     return unimplemented("plan needs CPU kernel ABI " + std::to_string(root->cpu_kernel_abi()) +
-                         ", this runtime implements " + std::to_string(kCpuKernelAbi));
+                         ", this runtime implements " + std::to_string(kCpuKernelAbi) +
+                         "; recompile the model with a matching llmc");
   if (root->required_features()) {
     size_t n = 0;
     const char* const* have = supported_features(&n);

@@ -17,7 +17,7 @@ namespace llmrt {
 inline constexpr uint16_t kSchemaMajor = 1;
 inline constexpr uint16_t kSchemaMinor = 1;  // 1: quantized weights, cpu_kernels
 /// Version of the CPU kernel ABI (step semantics + param names in PROGRAM.md).
-inline constexpr uint32_t kCpuKernelAbi = 1;
+inline constexpr uint32_t kCpuKernelAbi = 2;  // 2: fast contract sums whole blocks (kernels.h)
 inline constexpr uint64_t kWeightAlignment = 4096;
 inline constexpr uint64_t kTensorAlignment = 64;
 inline constexpr char kPlanMagic[8] = {'L', 'L', 'M', 'P', 'L', 'A', 'N', '\0'};

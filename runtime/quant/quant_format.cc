@@ -116,6 +116,61 @@ StatusOr<int64_t> row_bytes(const Format& f, int64_t k) {
   return k / g * group_bytes(f, g);
 }
 
+StatusOr<Layout> parse_layout(std::string_view name) {
+  if (name == kLayoutRowGroups) return Layout::kRowGroups;
+  if (name == kLayoutInterleaved8) return Layout::kInterleaved8;
+  return invalid_argument("unknown quantized weight layout '" + std::string(name) + "' (known: " +
+                          kLayoutRowGroups + ", " + kLayoutInterleaved8 + ")");
+}
+
+const char* layout_name(Layout l) { return l == Layout::kInterleaved8 ? kLayoutInterleaved8 : kLayoutRowGroups; }
+
+StatusOr<uint64_t> tensor_bytes(const Format& f, Layout l, int64_t n, int64_t k) {
+  ASSIGN_OR_RETURN(int64_t rb, row_bytes(f, k));
+  if (n < 0) return invalid_argument("negative row count");
+  const uint64_t rows = l == Layout::kInterleaved8 ? static_cast<uint64_t>((n + kTileRows - 1) / kTileRows * kTileRows)
+                                                    : static_cast<uint64_t>(n);
+  return rows * static_cast<uint64_t>(rb);
+}
+
+namespace {
+
+// Calls move(tile_offset, row, row_offset, bytes) for every run of bytes that one row
+// contributes to a tile of cpu_interleaved8 (see quant_format.h); only row `only` when >= 0.
+template <typename Move>
+void for_each_tile_run(const Format& f, int64_t k, int only, Move&& move) {
+  const int64_t g = group_elems(f, k), gb = group_bytes(f, g), hb = header_bytes(f);
+  const int sb = scale_bytes(f.scale);
+  const int64_t cb = kSubBlock * f.bits / 8;  // code bytes of one row's sub-block
+  for (int64_t gi = 0; gi < k / g; ++gi) {
+    const int64_t tile_g = gi * kTileRows * gb, row_g = gi * gb;
+    for (int r = only >= 0 ? only : 0; r < (only >= 0 ? only + 1 : kTileRows); ++r) {
+      move(tile_g + r * sb, r, row_g, sb);  // scale
+      if (f.offset == Offset::kMin) move(tile_g + kTileRows * sb + r * sb, r, row_g + sb, sb);
+      if (f.offset == Offset::kZeroPoint) move(tile_g + kTileRows * sb + r, r, row_g + sb, 1);
+      for (int64_t s = 0; s < g / kSubBlock; ++s)
+        for (int64_t c = 0; c < cb / 4; ++c)
+          move(tile_g + kTileRows * hb + s * kTileRows * cb + 32 * c + 4 * r, r, row_g + hb + s * cb + 4 * c, 4);
+    }
+  }
+}
+
+}  // namespace
+
+void interleave_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile) {
+  const int64_t rb = *row_bytes(f, k);
+  std::memset(tile, 0, static_cast<size_t>(kTileRows * rb));
+  for_each_tile_run(f, k, -1, [&](int64_t to, int r, int64_t ro, int64_t n) {
+    if (r < nrows) std::memcpy(tile + to, rows + r * rb + ro, static_cast<size_t>(n));
+  });
+}
+
+void deinterleave_row(const Format& f, int64_t k, const uint8_t* tile, int r, uint8_t* row) {
+  for_each_tile_run(f, k, r, [&](int64_t to, int, int64_t ro, int64_t n) {
+    std::memcpy(row + ro, tile + to, static_cast<size_t>(n));
+  });
+}
+
 float load_scale(ScaleType t, const uint8_t* p) {
   switch (t) {
     case ScaleType::kF16: return half_to_float(load_u16(p));

@@ -20,6 +20,19 @@
 // dequantization does not depend on how it is evaluated.
 //
 // Names: "int<bits>-g<group>|row-<f16|bf16|f32>-<sym|zp|min>", e.g. "int4-g128-f16-zp".
+//
+// The "cpu_interleaved8" layout (the CPU default of the pack-weights pass) holds the same bytes
+// regrouped so that one 32-byte SIMD load covers 8 rows: rows go in tiles of 8 (the last tile
+// padded with all-zero rows, whose values are 0), a tile is its groups in order, and the group
+// of a tile is
+//
+//   8 scales (row 0..7), then 8 offsets (min: 8 values of the scale type; zp: 8 bytes), then
+//   per 32-element sub-block the 8 rows' code bytes in 4-byte chunks: byte 32 * c + 4 * r + e
+//   is byte 4 * c + e of row r's sub-block in the row layout above (c < 8 for int8, c < 4 for
+//   int4: the low nibbles are elements 4c..4c+3, the high ones 16+4c..16+4c+3).
+//
+// So a tile is 8 row_bytes and a load of chunk c gives, per 32-bit lane r, four codes of row r:
+// a dot product against 4 activations broadcast to every lane needs no horizontal sums.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +50,14 @@ enum class Offset : uint8_t { kSym = 0, kZeroPoint = 1, kMin = 2 };
 inline constexpr int64_t kSubBlock = 32;
 /// The plan's tensor layout name for this storage.
 inline constexpr const char* kLayoutRowGroups = "cpu_row_groups";
+inline constexpr const char* kLayoutInterleaved8 = "cpu_interleaved8";
+/// Rows per tile of cpu_interleaved8.
+inline constexpr int64_t kTileRows = 8;
+
+enum class Layout : uint8_t { kRowGroups = 0, kInterleaved8 = 1 };
+/// Parses a layout name; the error lists the known ones.
+StatusOr<Layout> parse_layout(std::string_view name);
+const char* layout_name(Layout l);
 
 struct Format {
   int bits = 4;                       // 4 | 8
@@ -61,6 +82,15 @@ int64_t group_bytes(const Format& f, int64_t g);
 /// Bytes of one row of k elements; an error when k is not a whole number of groups or a group
 /// is not a whole number of 32-element sub-blocks.
 StatusOr<int64_t> row_bytes(const Format& f, int64_t k);
+
+/// Bytes of an [n, k] tensor of format f in layout l (n rounded up to whole tiles).
+StatusOr<uint64_t> tensor_bytes(const Format& f, Layout l, int64_t n, int64_t k);
+
+/// cpu_interleaved8: `rows` (< = 8) consecutive rows in the row layout (row_bytes each) into
+/// one tile of 8 rows (missing rows zero).
+void interleave_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile);
+/// cpu_interleaved8: row r (0..7) of a tile back in the row layout.
+void deinterleave_row(const Format& f, int64_t k, const uint8_t* tile, int r, uint8_t* row);
 
 float load_scale(ScaleType t, const uint8_t* p);
 /// Rounds x to the scale type and stores it; returns the stored value as f32.

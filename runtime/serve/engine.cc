@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "runtime/cpu/thread_pool.h"
 #include "runtime/engine/cpu_executor.h"
 #include "runtime/kv/block_manager.h"
 #include "runtime/plan/plan_file.h"
@@ -200,13 +201,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
     return invalid_argument("max_num_seqs " + std::to_string(c.max_num_seqs) + " exceeds the plan's cap of " +
                             std::to_string(mp->max_seqs_per_step()));
   c.max_num_seqs = std::min(c.max_num_seqs, c.max_num_batched_tokens);
-  c.threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.threads = options.threads > 0 ? options.threads : available_cpus();
 
   // KV pool: f32, or int8 codes plus a scale per token and head (plan_inspect.h).
   const uint64_t block_bytes = kv_bytes_per_token(plan.fb()) * kv->block_size();
   c.weight_bytes = plan.weights_size();
   CpuExecutorOptions eo;
   eo.threads = c.threads;
+  eo.pin_threads = options.pin_threads;
   eo.cpu_kernels = options.cpu_kernels;
   eo.max_tokens_per_step = c.max_num_batched_tokens;
   eo.max_seqs_per_step = c.max_num_seqs;

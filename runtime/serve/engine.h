@@ -43,6 +43,7 @@ class Metrics;
 
 struct EngineOptions {
   int threads = 0;                 // CPU threads; 0: all cores
+  bool pin_threads = false;        // pin each CPU thread to one core
   int max_num_batched_tokens = 0;  // token budget per step; 0: min(plan cap, 512)
   int max_num_seqs = 0;            // sequences per step; 0: min(plan cap, 64)
   int max_model_len = 0;           // 0: the plan's; may only lower it

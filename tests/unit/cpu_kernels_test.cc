@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "runtime/cpu/cpu_features.h"
@@ -66,6 +68,41 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
       EXPECT_LT(max_worker.load(), threads);
     }
   }
+}
+
+// Back-to-back jobs (workers spinning), jobs after pauses longer than the spin window (workers
+// asleep), spin_us = 0 (always sleeping) and pinned threads: every index once per job, and a
+// worker index is never used by two chunks at the same time (kernels index scratch with it).
+TEST(ThreadPool, ManyJobsAwakeAndAsleep) {
+  for (int spin_us : {0, 50, 200}) {
+    for (bool pin : {false, true}) {
+      ThreadPool::Options o;
+      o.threads = 3;
+      o.spin_us = spin_us;
+      o.pin = pin;
+      ThreadPool pool(o);
+      std::vector<std::atomic<int>> busy(3);
+      std::atomic<int> overlap{0};
+      for (int job = 0; job < 400; ++job) {
+        const int64_t n = 1 + job % 7;
+        std::vector<std::atomic<int>> hits(n);
+        pool.parallel_for(n, [&](int64_t b, int64_t e, int w) {
+          if (busy[w].fetch_add(1) != 0) overlap++;
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+          busy[w].fetch_sub(1);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "job " << job << " i=" << i;
+        if (job % 50 == 49) std::this_thread::sleep_for(std::chrono::microseconds(300 + spin_us));
+      }
+      EXPECT_EQ(overlap.load(), 0);
+    }
+  }
+}
+
+TEST(ThreadPool, DefaultsToTheAffinityMask) {
+  ThreadPool pool(0);
+  EXPECT_EQ(pool.num_threads(), available_cpus());
+  EXPECT_GE(available_cpus(), 1);
 }
 
 TEST(Dot, MatchesReferenceAndScalarEqualsSimd) {

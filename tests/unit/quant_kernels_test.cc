@@ -141,14 +141,17 @@ TEST(QuantFormat, CheckRowFindsBadZeroPointsAndScales) {
 struct Case {
   Format f;
   int64_t n, k;
-  std::vector<uint8_t> w;
+  std::vector<uint8_t> w;      // cpu_row_groups
+  std::vector<uint8_t> tiles;  // the same rows in cpu_interleaved8
   std::vector<float> wf;    // dequantized
   std::vector<float> bias;
-  cpu::QuantMatrix m() const { return {w.data(), f, n, k, *quant::row_bytes(f, k)}; }
+  cpu::QuantMatrix m(quant::Layout l = quant::Layout::kInterleaved8) const {
+    return {l == quant::Layout::kInterleaved8 ? tiles.data() : w.data(), f, n, k, *quant::row_bytes(f, k), l};
+  }
 };
 
 Case make_case(const char* name, int64_t n, int64_t k, uint32_t seed) {
-  Case c{*quant::parse_format(name), n, k, {}, {}, {}};
+  Case c{*quant::parse_format(name), n, k, {}, {}, {}, {}};
   const int64_t rb = *quant::row_bytes(c.f, k);
   c.w.resize(n * rb);
   c.wf.resize(n * k);
@@ -158,18 +161,49 @@ Case make_case(const char* name, int64_t n, int64_t k, uint32_t seed) {
     quant::dequantize_row(c.f, c.w.data() + r * rb, k, c.wf.data() + r * k);
   }
   c.bias = random_vec(n, seed + 1, 0.1f);
+  c.tiles.resize(*quant::tensor_bytes(c.f, quant::Layout::kInterleaved8, n, k));
+  for (int64_t r = 0; r < n; r += quant::kTileRows)
+    quant::interleave_tile(c.f, k, c.w.data() + r * rb, std::min<int64_t>(8, n - r), c.tiles.data() + r * rb);
   return c;
 }
 
 std::vector<float> run_q(const Case& c, const std::vector<float>& x, int64_t rows,
                          cpu::CpuContract contract, int threads, bool bias,
-                         const int32_t* idx = nullptr) {
+                         const int32_t* idx = nullptr,
+                         quant::Layout layout = quant::Layout::kInterleaved8) {
   ThreadPool pool(threads);
   cpu::QuantScratch sc;
   std::vector<float> y(rows * c.n, -1.0f);
-  cpu::linear_q(x.data(), idx, rows, c.m(), bias ? c.bias.data() : nullptr, y.data(), contract,
+  cpu::linear_q(x.data(), idx, rows, c.m(layout), bias ? c.bias.data() : nullptr, y.data(), contract,
                 sc, pool);
   return y;
+}
+
+TEST(QuantLayout, InterleavedTilesHoldTheSameRows) {
+  for (const char* name : kAllFormats) {
+    Case c = make_case(name, 19, 256, 3);
+    const int64_t rb = *quant::row_bytes(c.f, c.k);
+    EXPECT_EQ(c.tiles.size(), static_cast<size_t>(24 * rb)) << name;  // 19 rows: 3 tiles
+    std::vector<uint8_t> row(rb);
+    for (int64_t r = 0; r < 24; ++r) {
+      quant::deinterleave_row(c.f, c.k, c.tiles.data() + r / 8 * 8 * rb, static_cast<int>(r % 8), row.data());
+      if (r < c.n)
+        EXPECT_EQ(std::memcmp(row.data(), c.w.data() + r * rb, rb), 0) << name << " row " << r;
+      else  // padding rows are zeros
+        EXPECT_TRUE(std::all_of(row.begin(), row.end(), [](uint8_t v) { return v == 0; })) << name;
+    }
+  }
+  // Chunk c of a sub-block is one 32-byte run: 4 bytes of each of the 8 rows.
+  Format f = *quant::parse_format("int8-g32-f32-sym");
+  std::vector<uint8_t> rows(8 * 36), tile(8 * 36);
+  for (int r = 0; r < 8; ++r)
+    for (int i = 0; i < 32; ++i) rows[r * 36 + 4 + i] = static_cast<uint8_t>(r * 32 + i);
+  quant::interleave_tile(f, 32, rows.data(), 8, tile.data());
+  EXPECT_EQ(tile[8 * 4 + 0], 0);        // chunk 0, row 0, byte 0
+  EXPECT_EQ(tile[8 * 4 + 4], 32);       // chunk 0, row 1, byte 0
+  EXPECT_EQ(tile[8 * 4 + 32 + 5], 37);  // chunk 1, row 1, byte 1 = element 5
+  EXPECT_FALSE(quant::parse_layout("cpu_tiles").ok());
+  EXPECT_EQ(*quant::parse_layout("cpu_interleaved8"), quant::Layout::kInterleaved8);
 }
 
 TEST(QuantLinear, ReferenceContractEqualsF32LinearOverDequantizedWeights) {
@@ -180,8 +214,9 @@ TEST(QuantLinear, ReferenceContractEqualsF32LinearOverDequantizedWeights) {
       ThreadPool pool(2);
       std::vector<float> want(rows * c.n);
       cpu::linear(x.data(), nullptr, rows, c.k, c.wf.data(), c.n, c.bias.data(), want.data(), pool);
-      EXPECT_TRUE(bit_equal(run_q(c, x, rows, cpu::CpuContract::kReference, 2, true), want))
-          << name << " rows " << rows;
+      for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
+        EXPECT_TRUE(bit_equal(run_q(c, x, rows, cpu::CpuContract::kReference, 2, true, nullptr, l), want))
+            << name << " rows " << rows << " " << quant::layout_name(l);
     }
   }
 }
@@ -197,6 +232,9 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
       std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
       set_active_isa(CpuIsa::kScalar);
       std::vector<float> scalar = run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2);
+      EXPECT_TRUE(bit_equal(scalar, run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2, nullptr,
+                                          quant::Layout::kRowGroups)))
+          << name << ": the scalar oracle reads both layouts alike";
       for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni}) {
         if (isa > detected_isa()) continue;  // AVX-VNNI only where the CPU has it
         set_active_isa(isa);
@@ -207,14 +245,39 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
   }
 }
 
+TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
+  // GGUF Q8_0 may hold -128 (RTN never writes it) and zp/min int8 codes span 0..255: the SIMD
+  // sign trick must still give the exact products.
+  IsaGuard guard;
+  if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min"}) {
+    Case c = make_case(name, 9, 64, 77);
+    const int64_t rb = *quant::row_bytes(c.f, c.k), hb = quant::header_bytes(c.f);
+    for (int64_t r = 0; r < c.n; ++r)
+      for (int i = 0; i < 32; ++i) c.w[r * rb + hb + i] = (i + r) % 2 ? 0x80 : (c.f.offset == quant::Offset::kSym ? 0x7F : 0xFF);
+    for (int64_t r = 0; r < c.n; r += 8)
+      quant::interleave_tile(c.f, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r), c.tiles.data() + r * rb);
+    std::vector<float> x = random_vec(2 * c.k, 79);
+    x[0] = -1.0f;  // this block's amax: a code of -127
+    set_active_isa(CpuIsa::kScalar);
+    std::vector<float> scalar = run_q(c, x, 2, cpu::CpuContract::kFast, 1, false);
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni}) {
+      if (isa > detected_isa()) continue;
+      set_active_isa(isa);
+      EXPECT_TRUE(bit_equal(scalar, run_q(c, x, 2, cpu::CpuContract::kFast, 1, false))) << name << " " << isa_name(isa);
+    }
+  }
+}
+
 TEST(QuantLinear, FastContractScalarFollowsItsDefinition) {
-  // dot_q_fast_scalar against the statement in kernels.h, written out again over dequantized
-  // integer codes: lanes of 4, fma per block, canonical sum, plus the min term.
+  // dot_q_fast_scalar against the statement in kernels.h, written out again over the row
+  // layout's codes: exact block sums, fma per block, plus the min term.
   Case c = make_case("int4-g64-f16-min", 3, 128, 4);
   std::vector<float> x = random_vec(128, 8);
   std::vector<int8_t> q(128);
   std::vector<float> d(4), s(4);
-  cpu::quantize_activations_scalar(x.data(), 128, q.data(), d.data(), s.data());
+  std::vector<int32_t> sums(4);
+  cpu::quantize_activations_scalar(x.data(), 128, q.data(), d.data(), s.data(), sums.data());
   for (int b = 0; b < 4; ++b) {
     float amax = 0;
     int sum = 0;
@@ -226,27 +289,23 @@ TEST(QuantLinear, FastContractScalarFollowsItsDefinition) {
     }
     ASSERT_EQ(d[b], amax / 127.0f);
     ASSERT_EQ(s[b], d[b] * static_cast<float>(sum));
+    ASSERT_EQ(sums[b], sum);
   }
   const int64_t rb = *quant::row_bytes(c.f, 128);
   for (int64_t r = 0; r < 3; ++r) {
     const uint8_t* row = c.w.data() + r * rb;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, msum = 0;
+    float acc = 0, msum = 0;
     for (int b = 0; b < 4; ++b) {
       const uint8_t* grp = row + (b / 2) * quant::group_bytes(c.f, 64);
       const float dw = quant::load_scale(c.f.scale, grp), m = quant::load_scale(c.f.scale, grp + 2);
       const uint8_t* codes = grp + 4 + (b % 2) * 16;
-      for (int l = 0; l < 8; ++l) {
-        int p = 0;
-        for (int i = 4 * l; i < 4 * l + 4; ++i) {
-          const int code = i < 16 ? (codes[i] & 15) : (codes[i - 16] >> 4);
-          p += code * q[b * 32 + i];
-        }
-        acc[l] = std::fma(dw * d[b], static_cast<float>(p), acc[l]);
-      }
+      int p = 0;
+      for (int i = 0; i < 32; ++i) p += (i < 16 ? (codes[i] & 15) : (codes[i - 16] >> 4)) * q[b * 32 + i];
+      acc = std::fma(dw * d[b], static_cast<float>(p), acc);
       msum = std::fma(m, s[b], msum);
     }
-    const float want = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + msum;
-    EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(), r, q.data(), d.data(), s.data()), want) << r;
+    for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
+      EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc + msum) << r;
   }
 }
 
@@ -302,9 +361,14 @@ TEST(QuantLinear, EmbeddingDequantizesRows) {
   const int32_t tokens[3] = {9, 0, 4};
   std::vector<float> out(3 * 64);
   ThreadPool pool(2);
-  cpu::embedding_q(tokens, 3, c.m(), out.data(), pool);
-  for (int t = 0; t < 3; ++t)
-    EXPECT_EQ(std::memcmp(out.data() + t * 64, c.wf.data() + tokens[t] * 64, 64 * sizeof(float)), 0);
+  cpu::QuantScratch sc;
+  for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8}) {
+    std::fill(out.begin(), out.end(), -1.0f);
+    cpu::embedding_q(tokens, 3, c.m(l), out.data(), sc, pool);
+    for (int t = 0; t < 3; ++t)
+      EXPECT_EQ(std::memcmp(out.data() + t * 64, c.wf.data() + tokens[t] * 64, 64 * sizeof(float)), 0)
+          << quant::layout_name(l);
+  }
 }
 
 TEST(QuantLinear, ContractNames) {

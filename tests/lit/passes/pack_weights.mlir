@@ -4,12 +4,16 @@
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='dequantize=true' | FileCheck %s --check-prefix=DEQ
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='dequantize=true quantize=int8-g32-f16-sym' | FileCheck %s --check-prefix=REQ
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights --llm-fuse-qkv --llm-fuse-gate-up | FileCheck %s --check-prefix=FUSE
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='layout=row-groups' | FileCheck %s --check-prefix=ROWS
+// RUN: not llmc-opt %s -split-input-file --llm-pack-weights='layout=columns' 2>&1 | FileCheck %s --check-prefix=LAYOUT
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=tpu' 2>&1 | FileCheck %s --check-prefix=TARGET
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='quantize=int5' 2>&1 | FileCheck %s --check-prefix=FORMAT
 
 // Checkpoint formats (source_quant) are kept; float matrices stay f32 without quantize; a norm
 // weight never gets a format. Embedding and logits matrices are candidates like linears.
-// CHECK: module attributes {llm.weight_layout = "cpu_row_groups"}
+// CHECK: module attributes {llm.weight_layout = "cpu_interleaved8"}
+// ROWS: module attributes {llm.weight_layout = "cpu_row_groups"}
+// LAYOUT: unknown layout 'columns' (supported: interleaved8, row-groups)
 // CHECK: llm.weight "emb" {quant = "int8-g32-f16-sym", source_quant = "int8-g32-f16-sym"}
 // CHECK: llm.weight "norm" : tensor<64xf32>
 // CHECK: llm.weight "wq" {quant = "int4-g32-f16-min", source_quant = "int4-g32-f16-min"}

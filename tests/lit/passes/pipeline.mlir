@@ -3,7 +3,7 @@
 // RUN: not llmc-opt %s --llm-pipeline='kv-dtype=bf16' 2>&1 | FileCheck %s --check-prefix=BF16
 
 // The whole pipeline on one Llama layer.
-// CHECK: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f32", layout = "block_head_slot_dim", num_kv_heads = 2 : i64, num_layers = 1 : i64}, llm.weight_layout = "cpu_row_groups"}
+// CHECK: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f32", layout = "block_head_slot_dim", num_kv_heads = 2 : i64, num_layers = 1 : i64}, llm.weight_layout = "cpu_interleaved8"}
 // CHECK: func.func @forward{{.*}} attributes {llm.arena_bytes_per_token = {{[0-9]+}} : i64}
 // CHECK: llm.split {{.*}} sizes [64, 32, 32]
 // CHECK: llm.kv_store {{.*}}block_size = 16
