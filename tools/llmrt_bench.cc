@@ -55,6 +55,7 @@ struct BenchFlags {
   std::string trace;
   std::string seed = "1234";
   std::string cpu_kernels;  // "" = the plan's
+  std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
 
@@ -295,6 +296,15 @@ int run_bench(const BenchFlags& f) {
     blocks = std::max(blocks, llmrt::Generator::blocks_needed(reqs, kv->block_size(), max_len));
   }
   llmrt::GeneratorOptions gopts;
+  if (!f.isa.empty()) {
+    llmrt::CpuIsa want;
+    if (!llmrt::parse_isa(f.isa.c_str(), &want))
+      return fail(llmrt::invalid_argument("--isa '" + f.isa + "': expected scalar, avx2, avx2-vnni or avx512-vnni"));
+    if (want > llmrt::detected_isa())
+      return fail(llmrt::invalid_argument(std::string("--isa ") + f.isa + ": this CPU only has " +
+                                          llmrt::isa_name(llmrt::detected_isa())));
+    llmrt::set_active_isa(want);
+  }
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -416,6 +426,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--pp", f.pp, "prompt tokens of the prompt-processing test (0: skip)")->capture_default_str();
   cmd->add_option("--tg", f.tg, "tokens generated per sequence in the decode tests (0: skip)")->capture_default_str();
   cmd->add_option("--batch", f.batch, "batch sizes of the batched decode tests, comma separated (0: none)")->capture_default_str();
+  cmd->add_option("--isa", f.isa, "SIMD level of the CPU kernels (scalar, avx2, avx2-vnni, avx512-vnni; default: the best this CPU has)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

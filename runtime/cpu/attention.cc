@@ -93,11 +93,27 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
       const int kvh = h / group;
       float tmp[kMaxHeadDim];
       float mx = -INFINITY;
-      for (int64_t j = lo; j <= p; ++j) {
-        const float* kj = kv_row(kv, true, table[j / bs], j % bs, kvh, tmp);
-        const float sc = dot(qh, kj, hd) * scale;
-        scores[j - lo] = sc;
-        mx = std::max(mx, sc);
+      if (!kv.k8) {
+        // An f32 block holds a head's slots as contiguous rows: one linear_range per block run
+        // (the same products and order as dot(), several keys at a time).
+        for (int64_t j = lo; j <= p;) {
+          const int64_t cnt = std::min<int64_t>(bs - j % bs, p + 1 - j);
+          linear_range(qh, nullptr, 0, 1, hd, kv.k + slot_offset(kv, table[j / bs], j % bs, kvh), cnt,
+                       nullptr, scores + (j - lo), cnt);
+          j += cnt;
+        }
+        for (int64_t j = lo; j <= p; ++j) {
+          const float sc = scores[j - lo] * scale;
+          scores[j - lo] = sc;
+          mx = std::max(mx, sc);
+        }
+      } else {
+        for (int64_t j = lo; j <= p; ++j) {
+          const float* kj = kv_row(kv, true, table[j / bs], j % bs, kvh, tmp);
+          const float sc = dot(qh, kj, hd) * scale;
+          scores[j - lo] = sc;
+          mx = std::max(mx, sc);
+        }
       }
       float sum = 0.0f;
       for (int64_t j = lo; j <= p; ++j) {
@@ -106,9 +122,17 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
         sum += ex;
       }
       std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
-      for (int64_t j = lo; j <= p; ++j) {
-        const float* vj = kv_row(kv, false, table[j / bs], j % bs, kvh, tmp);
-        axpy(scores[j - lo], vj, o, hd);
+      if (!kv.k8) {
+        for (int64_t j = lo; j <= p;) {  // per block run of contiguous V rows
+          const int64_t cnt = std::min<int64_t>(bs - j % bs, p + 1 - j);
+          axpy_rows(scores + (j - lo), cnt, kv.v + slot_offset(kv, table[j / bs], j % bs, kvh), hd, o, hd);
+          j += cnt;
+        }
+      } else {
+        for (int64_t j = lo; j <= p; ++j) {
+          const float* vj = kv_row(kv, false, table[j / bs], j % bs, kvh, tmp);
+          axpy(scores[j - lo], vj, o, hd);
+        }
       }
       const float inv = 1.0f / sum;
       for (int d = 0; d < hd; ++d) o[d] *= inv;

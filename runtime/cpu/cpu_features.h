@@ -7,11 +7,13 @@
 
 namespace llmrt {
 
-/// Ordered: each level includes the ones below. kAvx2Vnni adds AVX-VNNI (VEX vpdpbusd), used by
-/// the quantized kernels only; its integer sums equal the AVX2 ones exactly.
-enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx2Vnni = 2 };
+/// Ordered: each level includes the ones below. kAvx2Vnni adds VNNI dot products (vpdpbusd) and
+/// kAvx512Vnni 512-bit ones (AVX-512 F/BW/VL/VNNI), used by the quantized kernels only; their
+/// integer sums equal the AVX2 ones exactly. (A CPU with AVX-512 VNNI but without the VEX form,
+/// AVX-VNNI, runs the kAvx2Vnni level's kernels without vpdpbusd: cpu_has_avx_vnni().)
+enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx2Vnni = 2, kAvx512Vnni = 3 };
 
-/// Best ISA this CPU (and OS) supports: AVX2+FMA+F16C (+AVX-VNNI) or scalar.
+/// Best ISA this CPU (and OS) supports: AVX2+FMA+F16C (+AVX-VNNI, + AVX-512 VNNI) or scalar.
 CpuIsa detected_isa();
 /// ISA the kernels use now (default: detected_isa()).
 CpuIsa active_isa();
@@ -19,5 +21,9 @@ CpuIsa active_isa();
 /// Meant for tests and benchmarks; do not switch while kernels are running.
 void set_active_isa(CpuIsa isa);
 const char* isa_name(CpuIsa isa);
+/// Parses an isa_name() or its short form: scalar, avx2, avx2-vnni, avx512-vnni; false if unknown.
+bool parse_isa(const char* name, CpuIsa* isa);
+/// Whether the CPU has AVX-VNNI (VEX-encoded vpdpbusd on 256-bit registers).
+bool cpu_has_avx_vnni();
 
 }  // namespace llmrt

@@ -32,6 +32,9 @@ namespace llmrt::cpu {
 float dot(const float* a, const float* b, int64_t n);
 /// y[i] = fma(a, x[i], y[i]).
 void axpy(float a, const float* x, float* y, int64_t n);
+/// y += a[j] * x_j for j < count in increasing j, x_j = x + j * x_stride: the same fused
+/// multiply-adds as count calls of axpy (y stays in registers on the SIMD path).
+void axpy_rows(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n);
 
 // ---- embedding.cc ----
 

@@ -208,115 +208,64 @@ LLMRT_AVX2_F16C inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
 
 inline const int32_t* as_i32(const int8_t* p) { return reinterpret_cast<const int32_t*>(p); }
 
-// TB token rows against tiles tile0 .. tile1 (8 weight rows each, lane r = row r): P_b per lane
-// from 4-byte chunks of codes against 4 activations broadcast to every lane, then the contract's
-// fma steps on 8 rows at once. int4: codes are unsigned nibbles, P = sum q x - z * sum x. int8:
-// codes (sym) or codes ^ 0x80 (zp/min: c - 128) are signed; |c| goes in the unsigned operand and
-// its sign onto x, P = sum c' x (+ (128 - z) * sum x).
-template <int BITS, Offset OFF, quant::ScaleType S, int TB, bool VNNI>
-LLMRT_AVX2_F16C void fast_tiles_avx2(const QuantMatrix& w, int64_t tile0, int64_t tile1,
-                                     const int8_t* const* qx, const float* const* dx,
-                                     const float* const* sx, const int32_t* const* ix,
-                                     const float* bias, float* y, int64_t ys) {
-  constexpr int64_t R = quant::kTileRows;
-  constexpr int SB = S == quant::ScaleType::kF32 ? 4 : 2;
-  constexpr int HB = SB + (OFF == Offset::kZeroPoint ? 1 : OFF == Offset::kMin ? SB : 0);
-  constexpr int CB = quant::kSubBlock * BITS / 8;  // code bytes per row and sub-block
-  const int64_t g = quant::group_elems(w.format, w.k);
-  const int64_t gb = HB + g * BITS / 8;
-  const int64_t groups = w.k / g, subs = g / quant::kSubBlock;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int64_t tile = tile0; tile < tile1; ++tile) {
-    const uint8_t* grp = w.data + tile * R * w.row_bytes;
-    __m256 acc[TB], msum[TB];
-    for (int t = 0; t < TB; ++t) acc[t] = msum[t] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (int64_t gi = 0; gi < groups; ++gi, grp += R * gb) {
-      const __m256 dw = load_scales8<S>(grp);
-      [[maybe_unused]] __m256 m;
-      [[maybe_unused]] __m256i zc;  // per-lane multiplier of sum x in P
-      if constexpr (OFF == Offset::kMin) m = load_scales8<S>(grp + R * SB);
-      if constexpr (OFF == Offset::kZeroPoint) {
-        const __m256i z = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(grp + R * SB)));
-        zc = BITS == 8 ? _mm256_sub_epi32(_mm256_set1_epi32(128), z) : _mm256_sub_epi32(_mm256_setzero_si256(), z);
-      }
-      const uint8_t* q = grp + R * HB;
-      for (int64_t s = 0; s < subs; ++s, ++b, q += R * CB) {
-        __m256i p[TB];
-        for (int t = 0; t < TB; ++t) p[t] = _mm256_setzero_si256();
-        if constexpr (BITS == 4) {
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) {
-            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
-            const __m256i lo = _mm256_and_si256(raw, low4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-            for (int t = 0; t < TB; ++t) {
-              const int8_t* xb = qx[t] + b * quant::kSubBlock;
-              p[t] = dot4<VNNI>(p[t], lo, _mm256_set1_epi32(as_i32(xb)[c]));
-              p[t] = dot4<VNNI>(p[t], hi, _mm256_set1_epi32(as_i32(xb)[4 + c]));
-            }
-          }
-        } else {
-#pragma GCC unroll 8
-          for (int c = 0; c < 8; ++c) {
-            __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
-            if constexpr (OFF != Offset::kSym) raw = _mm256_xor_si256(raw, _mm256_set1_epi8(static_cast<char>(0x80)));
-            const __m256i u = _mm256_sign_epi8(raw, raw);  // |c|; -128 reads as 128 unsigned
-            for (int t = 0; t < TB; ++t) {
-              const __m256i xv = _mm256_set1_epi32(as_i32(qx[t] + b * quant::kSubBlock)[c]);
-              p[t] = dot4<VNNI>(p[t], u, _mm256_sign_epi8(xv, raw));
-            }
-          }
-        }
-        for (int t = 0; t < TB; ++t) {
-          const int32_t isum = ix[t][b];
-          if constexpr (BITS == 4 && OFF == Offset::kSym) p[t] = _mm256_sub_epi32(p[t], _mm256_set1_epi32(8 * isum));
-          if constexpr (OFF == Offset::kZeroPoint) p[t] = _mm256_add_epi32(p[t], _mm256_mullo_epi32(zc, _mm256_set1_epi32(isum)));
-          if constexpr (BITS == 8 && OFF == Offset::kMin) p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(128 * isum));
-          const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b]));
-          acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[t]), acc[t]);
-          if constexpr (OFF == Offset::kMin) msum[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[t][b]), msum[t]);
-        }
-      }
-    }
-    const int64_t j0 = tile * R, rows = std::min<int64_t>(R, w.n - j0);
-    for (int t = 0; t < TB; ++t) {
-      alignas(32) float out[R];
-      _mm256_store_ps(out, _mm256_add_ps(acc[t], msum[t]));
-      for (int64_t r = 0; r < rows; ++r) y[t * ys + j0 + r] = bias ? out[r] + bias[j0 + r] : out[r];
-    }
-  }
-}
+namespace avx2 {
+#define LLMRT_TILES_TARGET LLMRT_AVX2_F16C
+#define LLMRT_TILES_512 0
+#include "runtime/cpu/quant_tiles.inc"
+#undef LLMRT_TILES_TARGET
+#undef LLMRT_TILES_512
+}  // namespace avx2
+
+namespace avx512 {
+#define LLMRT_TILES_TARGET LLMRT_AVX512_VNNI
+#define LLMRT_TILES_512 1
+#include "runtime/cpu/quant_tiles.inc"
+#undef LLMRT_TILES_TARGET
+#undef LLMRT_TILES_512
+}  // namespace avx512
 
 using TilesFn = void (*)(const QuantMatrix&, int64_t, int64_t, const int8_t* const*,
                          const float* const*, const float* const*, const int32_t* const*,
                          const float*, float*, int64_t);
 
-template <int BITS, Offset OFF, int TB, bool VNNI>
+// ISA: 0 AVX2, 1 AVX2 + AVX-VNNI, 2 AVX-512 VNNI.
+template <int ISA, int BITS, Offset OFF, quant::ScaleType S, int TB>
+TilesFn tiles_for() {
+  if constexpr (ISA == 2) return avx512::fast_tiles<BITS, OFF, S, TB, true>;
+  else return avx2::fast_tiles<BITS, OFF, S, TB, ISA == 1>;
+}
+
+template <int ISA, int BITS, Offset OFF, int TB>
 TilesFn pick_scale(quant::ScaleType s) {
   switch (s) {
-    case quant::ScaleType::kF16: return fast_tiles_avx2<BITS, OFF, quant::ScaleType::kF16, TB, VNNI>;
-    case quant::ScaleType::kBF16: return fast_tiles_avx2<BITS, OFF, quant::ScaleType::kBF16, TB, VNNI>;
-    case quant::ScaleType::kF32: return fast_tiles_avx2<BITS, OFF, quant::ScaleType::kF32, TB, VNNI>;
+    case quant::ScaleType::kF16: return tiles_for<ISA, BITS, OFF, quant::ScaleType::kF16, TB>();
+    case quant::ScaleType::kBF16: return tiles_for<ISA, BITS, OFF, quant::ScaleType::kBF16, TB>();
+    case quant::ScaleType::kF32: return tiles_for<ISA, BITS, OFF, quant::ScaleType::kF32, TB>();
   }
   return nullptr;
 }
 
-template <int BITS, int TB, bool VNNI>
+template <int ISA, int BITS, int TB>
 TilesFn pick_offset(const Format& f) {
   switch (f.offset) {
-    case Offset::kSym: return pick_scale<BITS, Offset::kSym, TB, VNNI>(f.scale);
-    case Offset::kZeroPoint: return pick_scale<BITS, Offset::kZeroPoint, TB, VNNI>(f.scale);
-    case Offset::kMin: return pick_scale<BITS, Offset::kMin, TB, VNNI>(f.scale);
+    case Offset::kSym: return pick_scale<ISA, BITS, Offset::kSym, TB>(f.scale);
+    case Offset::kZeroPoint: return pick_scale<ISA, BITS, Offset::kZeroPoint, TB>(f.scale);
+    case Offset::kMin: return pick_scale<ISA, BITS, Offset::kMin, TB>(f.scale);
   }
   return nullptr;
+}
+
+template <int ISA, int TB>
+TilesFn pick_bits(const Format& f) {
+  return f.bits == 4 ? pick_offset<ISA, 4, TB>(f) : pick_offset<ISA, 8, TB>(f);
 }
 
 template <int TB>
 TilesFn pick_tiles(const Format& f) {
-  const bool vnni = active_isa() >= CpuIsa::kAvx2Vnni;
-  if (f.bits == 4) return vnni ? pick_offset<4, TB, true>(f) : pick_offset<4, TB, false>(f);
-  return vnni ? pick_offset<8, TB, true>(f) : pick_offset<8, TB, false>(f);
+  const CpuIsa isa = active_isa();
+  if (isa >= CpuIsa::kAvx512Vnni) return pick_bits<2, TB>(f);
+  if (isa >= CpuIsa::kAvx2Vnni && cpu_has_avx_vnni()) return pick_bits<1, TB>(f);
+  return pick_bits<0, TB>(f);
 }
 
 #endif  // LLMRT_HAVE_X86

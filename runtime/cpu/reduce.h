@@ -7,6 +7,7 @@
 #define LLMRT_HAVE_X86 1
 #define LLMRT_AVX2 __attribute__((target("avx2,fma")))
 #define LLMRT_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
+#define LLMRT_AVX512_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
 
 namespace llmrt::cpu {

@@ -148,6 +148,23 @@ TEST(Axpy, ScalarEqualsSimd) {
   for (int i = 0; i < 37; ++i) EXPECT_FLOAT_EQ(y1[i], std::fma(0.3f, x[i], y0[i]));
 }
 
+TEST(Axpy, RowsEqualRepeatedAxpyOnEveryIsa) {
+  IsaGuard guard;
+  for (int64_t n : {37, 64, 136}) {  // a tail, one register block, two blocks and a tail
+    const int64_t count = 5, stride = n + 3;
+    auto x = random_vec(count * stride, 7), a = random_vec(count, 8), y0 = random_vec(n, 9);
+    std::vector<float> want = y0;
+    set_active_isa(CpuIsa::kScalar);
+    for (int64_t j = 0; j < count; ++j) cpu::axpy(a[j], x.data() + j * stride, want.data(), n);
+    for (CpuIsa isa : {CpuIsa::kScalar, detected_isa()}) {
+      set_active_isa(isa);
+      std::vector<float> y = y0;
+      cpu::axpy_rows(a.data(), count, x.data(), stride, y.data(), n);
+      EXPECT_TRUE(bit_equal(y, want)) << "n " << n << " " << isa_name(isa);
+    }
+  }
+}
+
 struct LinearCase {
   int64_t t, k, n;
   bool bias;

@@ -235,7 +235,7 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
       EXPECT_TRUE(bit_equal(scalar, run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2, nullptr,
                                           quant::Layout::kRowGroups)))
           << name << ": the scalar oracle reads both layouts alike";
-      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni}) {
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
         if (isa > detected_isa()) continue;  // AVX-VNNI only where the CPU has it
         set_active_isa(isa);
         std::vector<float> simd = run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2);
@@ -261,7 +261,7 @@ TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
     x[0] = -1.0f;  // this block's amax: a code of -127
     set_active_isa(CpuIsa::kScalar);
     std::vector<float> scalar = run_q(c, x, 2, cpu::CpuContract::kFast, 1, false);
-    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni}) {
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
       if (isa > detected_isa()) continue;
       set_active_isa(isa);
       EXPECT_TRUE(bit_equal(scalar, run_q(c, x, 2, cpu::CpuContract::kFast, 1, false))) << name << " " << isa_name(isa);
