@@ -264,7 +264,9 @@ TEST(Engine, PrefixCacheHitGivesSameAnswer) {
 }
 
 TEST(Engine, ChunkedPrefillKeepsDecodesGoing) {
-  Tiny t = tiny(/*max_model_len=*/128, 8, 64);
+  // A decodes for far longer than B's prefill takes, even if the engine runs many steps
+  // between A's first token and B's submission (tiny steps take microseconds).
+  Tiny t = tiny(/*max_model_len=*/2048, 8, 64);
   std::mt19937 rng(5);
   EngineOptions o;
   o.max_num_batched_tokens = 8;
@@ -272,7 +274,7 @@ TEST(Engine, ChunkedPrefillKeepsDecodesGoing) {
   auto e = engine(*t.plan, o);
   EngineRequest a;
   a.prompt = random_prompt(rng, 4, t.spec.config.vocab);
-  a.max_tokens = 100;
+  a.max_tokens = 2000;
   a.ignore_eos = true;
   a.sampling.temperature = 0;
   auto ha = *e->submit(a);
@@ -288,6 +290,7 @@ TEST(Engine, ChunkedPrefillKeepsDecodesGoing) {
   b.ignore_eos = true;
   b.sampling.temperature = 0;
   Result b_res = collect(**e->submit(b));
+  ha->cancel();  // A's remaining tokens do not matter
   a_res = collect(*ha);
   ASSERT_TRUE(b_res.error.ok());
   ASSERT_EQ(b_res.token_steps.size(), 1u);
