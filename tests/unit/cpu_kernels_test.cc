@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/cpu/vexp.h"
 
 namespace llmrt {
 namespace {
@@ -103,6 +105,56 @@ TEST(ThreadPool, DefaultsToTheAffinityMask) {
   ThreadPool pool(0);
   EXPECT_EQ(pool.num_threads(), available_cpus());
   EXPECT_GE(available_cpus(), 1);
+}
+
+#ifdef LLMRT_HAVE_X86
+LLMRT_AVX2 void exp8_avx2(const float* x, float* y) { _mm256_storeu_ps(y, cpu::exp_avx2(_mm256_loadu_ps(x))); }
+#endif
+
+TEST(Exp, PolynomialIsAccurateAndScalarEqualsSimd) {
+  // Every 97th float bit pattern in [-87.3, 88] plus the clamp edges and beyond.
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 88.0f, -87.3f, 100.0f, -100.0f, -1e30f, 1e30f};
+  for (float x = -87.3f; x < 88.0f; x = std::nextafter(x, 100.0f) + (std::fabs(x) < 1e-3f ? 1e-4f : 0.0f)) {
+    xs.push_back(x);
+    for (int i = 0; i < 97 && x < 88.0f; ++i) x = std::nextafter(x, 100.0f);
+  }
+  ASSERT_GT(xs.size(), 100000u);
+  double worst = 0;
+  for (float x : xs) {
+    if (x < cpu::vexp::kLo || x > cpu::vexp::kHi) continue;
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(cpu::exp_scalar(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7) << "relative error";  // 2^-22
+  EXPECT_EQ(cpu::exp_scalar(-100.0f), cpu::exp_scalar(cpu::vexp::kLo));
+  EXPECT_EQ(cpu::exp_scalar(100.0f), cpu::exp_scalar(cpu::vexp::kHi));
+  EXPECT_TRUE(std::isnan(cpu::exp_scalar(NAN)));
+  EXPECT_EQ(cpu::exp_scalar(0.0f), 1.0f);
+  if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+#ifdef LLMRT_HAVE_X86
+  xs.resize(xs.size() / 8 * 8);
+  for (size_t i = 0; i < xs.size(); i += 8) {
+    float simd[8];
+    exp8_avx2(xs.data() + i, simd);
+    for (int l = 0; l < 8; ++l) ASSERT_EQ(std::bit_cast<uint32_t>(simd[l]), std::bit_cast<uint32_t>(cpu::exp_scalar(xs[i + l]))) << xs[i + l];
+  }
+#endif
+}
+
+TEST(SiluMul, ScalarEqualsSimd) {
+  IsaGuard guard;
+  ThreadPool pool(2);
+  const int64_t rows = 3, I = 45;  // 5 registers and a tail
+  auto g = random_vec(rows * I, 64, 12.0f), u = random_vec(rows * I, 65, 3.0f);
+  g[0] = 95.0f;
+  g[1] = -95.0f;
+  std::vector<float> o1(rows * I), o2(rows * I);
+  set_active_isa(CpuIsa::kScalar);
+  cpu::silu_mul(g.data(), I, u.data(), I, rows, I, o1.data(), pool);
+  set_active_isa(detected_isa());
+  cpu::silu_mul(g.data(), I, u.data(), I, rows, I, o2.data(), pool);
+  EXPECT_TRUE(bit_equal(o1, o2));
+  EXPECT_EQ(o1[0], 95.0f * u[0]);
 }
 
 TEST(Dot, MatchesReferenceAndScalarEqualsSimd) {
