@@ -2,7 +2,9 @@
 //
 // Every SIMD kernel has a scalar twin that performs the same floating-point operations in the same
 // order (fused multiply-adds included), so the two paths give bit-identical results; tests force
-// the scalar path with set_active_isa() and compare.
+// the scalar path with set_active_isa() and compare. That is why the kernels use intrinsics next
+// to their scalar statement rather than a vector-length-agnostic library (Highway, xsimd): the
+// contracts fix the reduction tree (8 lanes, canonical order) independently of the register width.
 #pragma once
 
 namespace llmrt {
