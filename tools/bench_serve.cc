@@ -73,10 +73,6 @@ struct BenchOptions {
   double ready_timeout = 600;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
-  return 1;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Small pieces

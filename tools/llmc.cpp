@@ -67,7 +67,7 @@ llmrt::Status extractKernels(const llmrt::fb::Plan &plan, const std::string &dir
 }
 
 int fail(const llmrt::Status &s) {
-  std::fprintf(stderr, "llmc: error: %s\n", s.to_string().c_str());
+  std::fprintf(stderr, "llmc: error: %s\n", llmrt::printable(s.to_string()).c_str());
   return 1;
 }
 

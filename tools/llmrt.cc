@@ -13,12 +13,14 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/llmrt_commands.h"
 
-namespace {
-
-int fail(const llmrt::Status& s) {
-  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
+int llmrt_tools::fail(const llmrt::Status& s) {
+  std::fprintf(stderr, "llmrt: error: %s\n", llmrt::printable(s.to_string()).c_str());
   return 1;
 }
+
+namespace {
+
+using llmrt_tools::fail;
 
 llmrt::StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;

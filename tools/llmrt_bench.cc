@@ -80,10 +80,6 @@ struct TestResult {
   std::optional<double> change_pct;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
-  return 1;
-}
 
 StatusOr<int64_t> parse_int(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
   char* stop = nullptr;

@@ -57,10 +57,6 @@ struct EvalFlags {
   bool json = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
-  return 1;
-}
 
 StatusOr<int64_t> parse_int(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
   char* stop = nullptr;

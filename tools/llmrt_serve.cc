@@ -49,10 +49,6 @@ struct ServeFlags {
   bool verify_weights = false;
 };
 
-int fail(const llmrt::Status& s) {
-  std::fprintf(stderr, "llmrt: error: %s\n", s.to_string().c_str());
-  return 1;
-}
 
 std::string mib(uint64_t bytes) {
   char buf[32];

@@ -3,6 +3,7 @@
 
 #include <cassert>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -50,6 +51,10 @@ Status unimplemented(std::string message);
 Status failed_precondition(std::string message);
 Status internal_error(std::string message);
 Status unavailable(std::string message);
+
+/// `text` with every byte that is not part of printable UTF-8 (control bytes, invalid or
+/// truncated sequences) written as \xNN, for messages that quote untrusted bytes.
+std::string printable(std::string_view text);
 
 template <typename T>
 class [[nodiscard]] StatusOr {

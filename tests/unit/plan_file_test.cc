@@ -39,6 +39,14 @@ std::vector<uint8_t> plan_bytes_with(std::vector<uint8_t> flatbuffer) {
   return bytes;
 }
 
+TEST(Printable, EscapesBytesThatAreNotPrintableUtf8) {
+  EXPECT_EQ(printable("tensor 'w.q'"), "tensor 'w.q'");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x96\x81"), "caf\xc3\xa9 \xe2\x96\x81");  // UTF-8 kept
+  EXPECT_EQ(printable(std::string("a\x00" "b\n\x7f", 5)), "a\\x00b\\x0a\\x7f");
+  EXPECT_EQ(printable("\xff\xc3(\xe2\x96"), "\\xff\\xc3(\\xe2\\x96");  // invalid, truncated
+  EXPECT_EQ(printable("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");  // overlong, surrogate
+}
+
 TEST(PlanFile, RoundTripKeepsTensorsAndHash) {
   auto spec = make_tiny_plan(TinyPlanConfig{});
   std::string path = temp_path("rt");
