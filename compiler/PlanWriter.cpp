@@ -99,7 +99,7 @@ struct Lowering {
   /// Writes checkpoint tensor `src` (one part of plan tensor `t`) in t's
   /// quantized format: the checkpoint's own blocks when it stores that format
   /// (checked, never requantized), else round-to-nearest from f32.
-  /// Appends the rows of `src` in format t.quant, row layout, to `packed`.
+  /// Appends the rows of `src` in format t.quant, row layout, to `all`.
   llmrt::Status appendQuantized(const PlanTensor &t, const SourceTensor &src,
                                 std::vector<float> &buffer, std::vector<uint8_t> &all) {
     ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t.quant));

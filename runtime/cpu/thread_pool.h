@@ -35,7 +35,7 @@ class ThreadPool {
     bool pin = false;   // pin thread i to the i-th CPU of the affinity mask (the caller too)
     int spin_us = 200;  // how long an idle worker watches for work before it sleeps
   };
-  explicit ThreadPool(int num_threads) : ThreadPool(Options{num_threads, false, 200}) {}
+  explicit ThreadPool(int num_threads) : ThreadPool(Options{.threads = num_threads}) {}
   explicit ThreadPool(const Options& options);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

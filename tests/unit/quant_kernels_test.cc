@@ -150,6 +150,14 @@ struct Case {
   }
 };
 
+// c.tiles from c.w (after c.w changed).
+void retile(Case& c) {
+  const int64_t rb = *quant::row_bytes(c.f, c.k);
+  c.tiles.resize(*quant::tensor_bytes(c.f, quant::Layout::kInterleaved8, c.n, c.k));
+  for (int64_t r = 0; r < c.n; r += quant::kTileRows)
+    quant::interleave_tile(c.f, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r), c.tiles.data() + r * rb);
+}
+
 Case make_case(const char* name, int64_t n, int64_t k, uint32_t seed) {
   Case c{*quant::parse_format(name), n, k, {}, {}, {}, {}};
   const int64_t rb = *quant::row_bytes(c.f, k);
@@ -161,9 +169,7 @@ Case make_case(const char* name, int64_t n, int64_t k, uint32_t seed) {
     quant::dequantize_row(c.f, c.w.data() + r * rb, k, c.wf.data() + r * k);
   }
   c.bias = random_vec(n, seed + 1, 0.1f);
-  c.tiles.resize(*quant::tensor_bytes(c.f, quant::Layout::kInterleaved8, n, k));
-  for (int64_t r = 0; r < n; r += quant::kTileRows)
-    quant::interleave_tile(c.f, k, c.w.data() + r * rb, std::min<int64_t>(8, n - r), c.tiles.data() + r * rb);
+  retile(c);
   return c;
 }
 
@@ -255,8 +261,7 @@ TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
     const int64_t rb = *quant::row_bytes(c.f, c.k), hb = quant::header_bytes(c.f);
     for (int64_t r = 0; r < c.n; ++r)
       for (int i = 0; i < 32; ++i) c.w[r * rb + hb + i] = (i + r) % 2 ? 0x80 : (c.f.offset == quant::Offset::kSym ? 0x7F : 0xFF);
-    for (int64_t r = 0; r < c.n; r += 8)
-      quant::interleave_tile(c.f, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r), c.tiles.data() + r * rb);
+    retile(c);
     std::vector<float> x = random_vec(2 * c.k, 79);
     x[0] = -1.0f;  // this block's amax: a code of -127
     set_active_isa(CpuIsa::kScalar);
