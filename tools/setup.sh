@@ -28,7 +28,7 @@ PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools clang-19 libclang-rt-19-dev
   flatbuffers-compiler libflatbuffers-dev flatbuffers-compiler-dev
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
-  libcpp-httplib-dev prometheus-cpp-dev)
+  libcpp-httplib-dev prometheus-cpp-dev libhwy-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

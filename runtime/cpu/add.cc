@@ -1,11 +1,12 @@
 // Elementwise add.
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/vector_ops.h"
 
 namespace llmrt::cpu {
 
 void add(const float* a, const float* b, int64_t rows, int64_t width, float* c, ThreadPool& pool) {
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
-    for (int64_t i = r0 * width; i < r1 * width; ++i) c[i] = a[i] + b[i];
+    vec::add(a + r0 * width, b + r0 * width, c + r0 * width, (r1 - r0) * width);
   });
 }
 

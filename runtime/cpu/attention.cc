@@ -3,9 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
-#include "runtime/cpu/vexp.h"
+#include "runtime/cpu/vector_ops.h"
 
 namespace llmrt::cpu {
 namespace {
@@ -39,23 +38,6 @@ inline const float* kv_row(const KvLayer& kv, bool is_k, int64_t block, int64_t 
   const float s = (is_k ? kv.ks : kv.vs)[row];
   for (int d = 0; d < kv.head_dim; ++d) tmp[d] = static_cast<float>(c[d]) * s;
   return tmp;
-}
-
-// x[i] = exp(x[i] - m) (vexp.h), 8 at a time where AVX2 is active.
-#ifdef LLMRT_HAVE_X86
-LLMRT_AVX2 void exp_shifted_avx2(float* x, int64_t n, float m) {
-  const __m256 mv = _mm256_set1_ps(m);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
-  for (; i < n; ++i) x[i] = exp_scalar(x[i] - m);
-}
-#endif
-
-void exp_shifted(float* x, int64_t n, float m) {
-#ifdef LLMRT_HAVE_X86
-  if (active_isa() >= CpuIsa::kAvx2) return exp_shifted_avx2(x, n, m);
-#endif
-  for (int64_t i = 0; i < n; ++i) x[i] = exp_scalar(x[i] - m);
 }
 
 }  // namespace
@@ -134,7 +116,7 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
           mx = std::max(mx, sc);
         }
       }
-      exp_shifted(scores, p - lo + 1, mx);
+      vec::exp_shifted(scores, p - lo + 1, mx);
       float sum = 0.0f;
       for (int64_t j = lo; j <= p; ++j) sum += scores[j - lo];
       std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));

@@ -1,10 +1,12 @@
 // Instruction-set dispatch for the CPU kernels.
 //
 // Every SIMD kernel has a scalar twin that performs the same floating-point operations in the same
-// order (fused multiply-adds included), so the two paths give bit-identical results; tests force
-// the scalar path with set_active_isa() and compare. That is why the kernels use intrinsics next
-// to their scalar statement rather than a vector-length-agnostic library (Highway, xsimd): the
-// contracts fix the reduction tree (8 lanes, canonical order) independently of the register width.
+// order (fused multiply-adds included), so all paths give bit-identical results; tests force each
+// level with set_active_isa() and compare. Elementwise kernels are written once with Highway
+// (vector_ops.h, AVX2 and AVX-512 from one source). Reductions (dot products, the f32 and
+// quantized linear tiles) are intrinsics next to their scalar statement: their contracts fix the
+// reduction tree (8 lanes, canonical order) independently of the register width, and Highway
+// 1.0.3 (Debian's) has no int8 dot-product op.
 #pragma once
 
 namespace llmrt {

@@ -5,6 +5,7 @@
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/reduce.h"
+#include "runtime/cpu/vector_ops.h"
 
 
 namespace llmrt::cpu {
@@ -20,14 +21,6 @@ float dot_scalar(const float* a, const float* b, int64_t n) {
   float s = reduce8(acc);
   for (int64_t k = n8; k < n; ++k) s = std::fma(a[k], b[k], s);
   return s;
-}
-
-void axpy_scalar(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
-}
-
-void axpy_rows_scalar(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n) {
-  for (int64_t j = 0; j < count; ++j) axpy_scalar(a[j], x + j * x_stride, y, n);
 }
 
 // Rows t0..t1 of x against ncols weight rows starting at w; y points at output column 0 of the
@@ -54,32 +47,6 @@ LLMRT_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
   float s = hsum_canonical(acc);
   for (int64_t k = n8; k < n; ++k) s = __builtin_fmaf(a[k], b[k], s);
   return s;
-}
-
-LLMRT_AVX2 void axpy_avx2(float a, const float* x, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  const int64_t n8 = n & ~int64_t{7};
-  for (int64_t i = 0; i < n8; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (int64_t i = n8; i < n; ++i) y[i] = __builtin_fmaf(a, x[i], y[i]);
-}
-
-LLMRT_AVX2 void axpy_rows_avx2(const float* a, int64_t count, const float* x, int64_t x_stride, float* y,
-                               int64_t n) {
-  const int64_t n8 = n & ~int64_t{7};
-  for (int64_t d0 = 0; d0 < n8; d0 += 64) {  // 8 registers of y at a time
-    const int nv = static_cast<int>(std::min<int64_t>(64, n8 - d0) / 8);
-    __m256 acc[8];
-    for (int i = 0; i < nv; ++i) acc[i] = _mm256_loadu_ps(y + d0 + 8 * i);
-    for (int64_t j = 0; j < count; ++j) {
-      const __m256 av = _mm256_set1_ps(a[j]);
-      const float* xj = x + j * x_stride + d0;
-      for (int i = 0; i < nv; ++i) acc[i] = _mm256_fmadd_ps(av, _mm256_loadu_ps(xj + 8 * i), acc[i]);
-    }
-    for (int i = 0; i < nv; ++i) _mm256_storeu_ps(y + d0 + 8 * i, acc[i]);
-  }
-  for (int64_t d = n8; d < n; ++d)
-    for (int64_t j = 0; j < count; ++j) y[d] = __builtin_fmaf(a[j], x[j * x_stride + d], y[d]);
 }
 
 // TB rows of x times NB rows of w; each of the TB*NB dot products in the canonical order.
@@ -159,18 +126,10 @@ float dot(const float* a, const float* b, int64_t n) {
   return dot_scalar(a, b, n);
 }
 
-void axpy(float a, const float* x, float* y, int64_t n) {
-#ifdef LLMRT_HAVE_X86
-  if (use_avx2()) return axpy_avx2(a, x, y, n);
-#endif
-  axpy_scalar(a, x, y, n);
-}
+void axpy(float a, const float* x, float* y, int64_t n) { vec::axpy(a, x, y, n); }
 
 void axpy_rows(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n) {
-#ifdef LLMRT_HAVE_X86
-  if (use_avx2()) return axpy_rows_avx2(a, count, x, x_stride, y, n);
-#endif
-  axpy_rows_scalar(a, count, x, x_stride, y, n);
+  vec::axpy_rows(a, count, x, x_stride, y, n);
 }
 
 void linear_range(const float* x, const int32_t* rows, int64_t t0, int64_t t1, int64_t k,

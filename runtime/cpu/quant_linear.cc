@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+// GCC 12 warns "'__Y' may be used uninitialized" inside its own avx512fintrin.h for intrinsics
+// built on _mm512_undefined_*(), inlined here (a known false positive of the header).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/reduce.h"

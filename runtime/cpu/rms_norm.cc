@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/vector_ops.h"
 
 namespace llmrt::cpu {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 inline void normalize_group(const float* x, int64_t g, const float* w, float eps, float* y) {
   const float ss = dot(x, x, g);
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(g) + eps);
-  for (int64_t i = 0; i < g; ++i) y[i] = (x[i] * inv) * w[i];
+  vec::scale_mul(x, inv, w, y, g);
 }
 
 }  // namespace
@@ -32,7 +33,7 @@ void add_rms_norm(const float* x, const float* residual, int64_t rows, int64_t d
       const float* xr = x + t * dim;
       const float* rr = residual + t * dim;
       float* sr = sum + t * dim;
-      for (int64_t i = 0; i < dim; ++i) sr[i] = xr[i] + rr[i];
+      vec::add(xr, rr, sr, dim);
       normalize_group(sr, dim, w, eps, normed + t * dim);
     }
   });

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/vector_ops.h"
 
 namespace llmrt::cpu {
 namespace {
@@ -94,11 +95,7 @@ void rope(const float* x, int64_t rows, int num_heads, int head_dim, const int32
             yo[2 * i + 1] = x1 * cs[i] + x0 * sn[i];
           }
         } else {
-          for (int i = 0; i < half; ++i) {
-            const float x0 = xi[i], x1 = xi[i + half];
-            yo[i] = x0 * cs[i] - x1 * sn[i];
-            yo[i + half] = x1 * cs[i] + x0 * sn[i];
-          }
+          vec::rotate(xi, xi + half, cs, sn, yo, yo + half, half);
         }
       }
     }

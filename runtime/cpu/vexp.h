@@ -1,6 +1,6 @@
-// exp() for the CPU kernels (softmax, SiLU) as a short polynomial, so that 8 lanes run at once:
-// the scalar and AVX2 forms below perform the same operations in the same order (fused
-// multiply-adds included) and give bit-identical results. Internal to runtime/cpu.
+// exp() for the CPU kernels (softmax, SiLU) as a short polynomial, so that vector lanes run it at
+// once: exp_scalar below and the Highway form in vector_ops.cc perform the same operations in the
+// same order (fused multiply-adds included) and give bit-identical results. Internal to runtime/cpu.
 //
 // Method (Cody-Waite range reduction and the minimax polynomial of the public-domain Cephes
 // library's expf; public constants): x is clamped to [-87.3, 88], n = round(x * log2(e)),
@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "runtime/cpu/reduce.h"
 
 namespace llmrt::cpu {
 
@@ -45,27 +44,5 @@ inline float exp_scalar(float x) {
   return y * std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(e + 127) << 23));
 }
 
-#ifdef LLMRT_HAVE_X86
-LLMRT_AVX2 inline __m256 exp_avx2(__m256 x) {
-  using namespace vexp;
-  x = _mm256_max_ps(_mm256_set1_ps(kLo), x);
-  x = _mm256_min_ps(_mm256_set1_ps(kHi), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-  // NaN lanes convert to INT_MIN; y is NaN there, so any scale keeps them NaN.
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-#endif
 
 }  // namespace llmrt::cpu

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/cpu/vector_ops.h"
 #include "runtime/cpu/vexp.h"
 
 namespace llmrt {
@@ -46,6 +48,19 @@ struct IsaGuard {
   CpuIsa saved = active_isa();
   ~IsaGuard() { set_active_isa(saved); }
 };
+
+// The SIMD dispatch levels this CPU can run (each one printed, so a log shows what was covered).
+std::vector<CpuIsa> simd_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
+    if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
+      std::printf("  [level %s not on this CPU: not tested here]\n", isa_name(isa));
+      continue;
+    }
+    out.push_back(isa);
+  }
+  return out;
+}
 
 TEST(CpuFeatures, ReportsIsa) {
   std::printf("detected ISA: %s\n", isa_name(detected_isa()));
@@ -107,10 +122,6 @@ TEST(ThreadPool, DefaultsToTheAffinityMask) {
   EXPECT_GE(available_cpus(), 1);
 }
 
-#ifdef LLMRT_HAVE_X86
-LLMRT_AVX2 void exp8_avx2(const float* x, float* y) { _mm256_storeu_ps(y, cpu::exp_avx2(_mm256_loadu_ps(x))); }
-#endif
-
 TEST(Exp, PolynomialIsAccurateAndScalarEqualsSimd) {
   // Every 97th float bit pattern in [-87.3, 88] plus the clamp edges and beyond.
   std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 88.0f, -87.3f, 100.0f, -100.0f, -1e30f, 1e30f};
@@ -130,15 +141,83 @@ TEST(Exp, PolynomialIsAccurateAndScalarEqualsSimd) {
   EXPECT_EQ(cpu::exp_scalar(100.0f), cpu::exp_scalar(cpu::vexp::kHi));
   EXPECT_TRUE(std::isnan(cpu::exp_scalar(NAN)));
   EXPECT_EQ(cpu::exp_scalar(0.0f), 1.0f);
-  if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
-#ifdef LLMRT_HAVE_X86
-  xs.resize(xs.size() / 8 * 8);
-  for (size_t i = 0; i < xs.size(); i += 8) {
-    float simd[8];
-    exp8_avx2(xs.data() + i, simd);
-    for (int l = 0; l < 8; ++l) ASSERT_EQ(std::bit_cast<uint32_t>(simd[l]), std::bit_cast<uint32_t>(cpu::exp_scalar(xs[i + l]))) << xs[i + l];
+  IsaGuard guard;
+  for (CpuIsa isa : simd_isas()) {
+    set_active_isa(isa);
+    std::vector<float> simd = xs;
+    cpu::vec::exp_shifted(simd.data(), static_cast<int64_t>(simd.size()), 0.0f);
+    for (size_t i = 0; i < xs.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(cpu::exp_scalar(xs[i])))
+          << xs[i] << " " << isa_name(isa);
   }
-#endif
+}
+
+// Every vector_ops.h kernel on every SIMD level this CPU has gives the scalar twin's bits, over
+// lengths that leave tails for 8- and 16-lane vectors.
+TEST(VectorOps, EverySimdLevelGivesTheScalarBits) {
+  IsaGuard guard;
+  using Fn = std::function<std::vector<float>(int64_t)>;
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"silu_mul", [](int64_t n) {
+         auto g = random_vec(n, 1, 20.0f), u = random_vec(n, 2);
+         std::vector<float> o(n);
+         cpu::vec::silu_mul(g.data(), u.data(), n, o.data());
+         return o;
+       }},
+      {"exp_shifted", [](int64_t n) {
+         auto x = random_vec(n, 3, 30.0f);
+         cpu::vec::exp_shifted(x.data(), n, 4.5f);
+         return x;
+       }},
+      {"axpy", [](int64_t n) {
+         auto x = random_vec(n, 4), y = random_vec(n, 5);
+         cpu::vec::axpy(0.7f, x.data(), y.data(), n);
+         return y;
+       }},
+      {"axpy_rows", [](int64_t n) {
+         const int64_t count = 3, stride = n + 5;
+         auto a = random_vec(count, 6), x = random_vec(count * stride, 7), y = random_vec(n, 8);
+         cpu::vec::axpy_rows(a.data(), count, x.data(), stride, y.data(), n);
+         return y;
+       }},
+      {"add", [](int64_t n) {
+         auto a = random_vec(n, 9), b = random_vec(n, 10);
+         std::vector<float> c(n);
+         cpu::vec::add(a.data(), b.data(), c.data(), n);
+         return c;
+       }},
+      {"scale_mul", [](int64_t n) {
+         auto x = random_vec(n, 11), w = random_vec(n, 12);
+         std::vector<float> y(n);
+         cpu::vec::scale_mul(x.data(), 1.37f, w.data(), y.data(), n);
+         return y;
+       }},
+      {"rotate", [](int64_t n) {
+         auto x = random_vec(2 * n, 13), c = random_vec(n, 14), s = random_vec(n, 15);
+         cpu::vec::rotate(x.data(), x.data() + n, c.data(), s.data(), x.data(), x.data() + n, n);
+         return x;
+       }},
+  };
+  const auto levels = simd_isas();
+  if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const auto& [name, fn] : ops) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 127, 128, 129, 1000}) {
+      set_active_isa(CpuIsa::kScalar);
+      const auto want = fn(n);
+      for (CpuIsa isa : levels) {
+        set_active_isa(isa);
+        EXPECT_TRUE(bit_equal(fn(n), want)) << name << " n=" << n << " " << isa_name(isa);
+      }
+    }
+  }
+  // The scalar twins state the kernels: spot-check them against their formulas.
+  set_active_isa(CpuIsa::kScalar);
+  const float x0[1] = {1.5f}, x1[1] = {-2.25f}, c[1] = {0.6f}, s[1] = {0.8f};
+  float y0[1], y1[1];
+  cpu::vec::rotate(x0, x1, c, s, y0, y1, 1);
+  volatile float p0 = x0[0] * c[0], p1 = x1[0] * s[0], p2 = x1[0] * c[0], p3 = x0[0] * s[0];
+  EXPECT_EQ(y0[0], p0 - p1);
+  EXPECT_EQ(y1[0], p2 + p3);
 }
 
 TEST(SiluMul, ScalarEqualsSimd) {

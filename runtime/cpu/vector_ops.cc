@@ -1,0 +1,237 @@
+// Highway implementations of vector_ops.h. foreach_target.h re-includes this file once per target
+// in HWY_TARGETS (here AVX2, AVX-512 "AVX3" and the baseline); the dispatch at the end calls the
+// AVX2 or AVX3 namespace by active_isa(), or the scalar twin. SSSE3/SSE4 are left out: the
+// dispatch never picks them, so they would only cost build time.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4)
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "runtime/cpu/vector_ops.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "runtime/cpu/vector_ops.h"
+#include "runtime/cpu/vexp.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace llmrt::cpu::vec {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// exp_scalar (vexp.h), lane by lane: same clamps, rounding, fma chain and exponent construction.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Exp(D d, V x) {
+  using namespace vexp;
+  const hn::RebindToSigned<D> di;
+  x = hn::Max(hn::Set(d, kLo), x);  // a NaN x stays NaN (maxps returns its second operand)
+  x = hn::Min(hn::Set(d, kHi), x);
+  const V n = hn::Round(hn::Mul(x, hn::Set(d, kLog2e)));
+  V r = hn::MulAdd(n, hn::Set(d, -kLn2Hi), x);
+  r = hn::MulAdd(n, hn::Set(d, -kLn2Lo), r);
+  V p = hn::Set(d, kP0);
+  p = hn::MulAdd(p, r, hn::Set(d, kP1));
+  p = hn::MulAdd(p, r, hn::Set(d, kP2));
+  p = hn::MulAdd(p, r, hn::Set(d, kP3));
+  p = hn::MulAdd(p, r, hn::Set(d, kP4));
+  p = hn::MulAdd(p, r, hn::Set(d, kP5));
+  V y = hn::MulAdd(p, hn::Mul(r, r), r);
+  y = hn::Add(y, hn::Set(d, 1.0f));
+  // n is integral in [-126, 127] (NaN lanes give some scale; y is NaN there already).
+  const auto e = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::Mul(y, hn::BitCast(d, e));
+}
+
+// Full vectors here; the caller finishes the tail with the scalar twin. Returns elements done.
+int64_t SiluMul(const float* g, const float* u, int64_t n, float* o) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(d, g + i);
+    const auto den = hn::Add(one, Exp(d, hn::Neg(x)));
+    hn::StoreU(hn::Mul(hn::Div(x, den), hn::LoadU(d, u + i)), d, o + i);
+  }
+  return i;
+}
+
+int64_t ExpShifted(float* x, int64_t n, float m) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto mv = hn::Set(d, m);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(Exp(d, hn::Sub(hn::LoadU(d, x + i), mv)), d, x + i);
+  return i;
+}
+
+int64_t Axpy(float a, const float* x, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto av = hn::Set(d, a);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::MulAdd(av, hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+  return i;
+}
+
+// y is kept in 8 registers across all rows j (one pass over y per 8 vectors).
+int64_t AxpyRows(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t nv_all = n / N;
+  for (int64_t v0 = 0; v0 < nv_all; v0 += 8) {
+    const int nv = static_cast<int>(std::min<int64_t>(8, nv_all - v0));
+    float* yb = y + v0 * N;
+    V acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = hn::Zero(d);
+    for (int i = 0; i < nv; ++i) acc[i] = hn::LoadU(d, yb + i * N);
+    for (int64_t j = 0; j < count; ++j) {
+      const auto av = hn::Set(d, a[j]);
+      const float* xj = x + j * x_stride + v0 * N;
+      for (int i = 0; i < nv; ++i) acc[i] = hn::MulAdd(av, hn::LoadU(d, xj + i * N), acc[i]);
+    }
+    for (int i = 0; i < nv; ++i) hn::StoreU(acc[i], d, yb + i * N);
+  }
+  return nv_all * N;
+}
+
+int64_t Add(const float* a, const float* b, float* c, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, c + i);
+  return i;
+}
+
+int64_t ScaleMul(const float* x, float s, const float* w, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto sv = hn::Set(d, s);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + i), sv), hn::LoadU(d, w + i)), d, y + i);
+  return i;
+}
+
+int64_t Rotate(const float* x0, const float* x1, const float* c, const float* s, float* y0, float* y1,
+               int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto a = hn::LoadU(d, x0 + i), b = hn::LoadU(d, x1 + i);
+    const auto cv = hn::LoadU(d, c + i), sv = hn::LoadU(d, s + i);
+    hn::StoreU(hn::Sub(hn::Mul(a, cv), hn::Mul(b, sv)), d, y0 + i);
+    hn::StoreU(hn::Add(hn::Mul(b, cv), hn::Mul(a, sv)), d, y1 + i);
+  }
+  return i;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace llmrt::cpu::vec
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include "runtime/cpu/cpu_features.h"
+
+namespace llmrt::cpu::vec {
+namespace {
+
+// ---------------- scalar twins: the statement of each kernel, also the tails ----------------
+
+void silu_mul_scalar(const float* g, const float* u, int64_t n, float* o) {
+  for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + exp_scalar(-g[i])) * u[i];
+}
+void exp_shifted_scalar(float* x, int64_t n, float m) {
+  for (int64_t i = 0; i < n; ++i) x[i] = exp_scalar(x[i] - m);
+}
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+void add_scalar(const float* a, const float* b, float* c, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
+}
+void scale_mul_scalar(const float* x, float s, const float* w, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * s) * w[i];
+}
+void rotate_scalar(const float* x0, const float* x1, const float* c, const float* s, float* y0,
+                   float* y1, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = x0[i], b = x1[i];
+    y0[i] = a * c[i] - b * s[i];
+    y1[i] = b * c[i] + a * s[i];
+  }
+}
+
+enum class Level { kScalar, kAvx2, kAvx3 };
+
+// Highway's AVX3 target needs AVX-512 F/BW/DQ/VL; kAvx512Vnni guarantees F/BW/VL (+VNNI).
+Level level() {
+#if HWY_ARCH_X86
+  const CpuIsa isa = active_isa();
+  if (isa >= CpuIsa::kAvx512Vnni) {
+    static const bool dq = (__builtin_cpu_init(), __builtin_cpu_supports("avx512dq") != 0);
+    if (dq) return Level::kAvx3;
+  }
+  if (isa >= CpuIsa::kAvx2) return Level::kAvx2;
+#endif
+  return Level::kScalar;
+}
+
+// Calls the widest compiled target for the level (the SIMD part returns how many elements it did).
+#if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX3) && (HWY_TARGETS & HWY_AVX2)
+#define LLMRT_VEC_DISPATCH(fn, ...)                                       \
+  (level() == Level::kAvx3   ? N_AVX3::fn(__VA_ARGS__)                    \
+   : level() == Level::kAvx2 ? N_AVX2::fn(__VA_ARGS__)                    \
+                             : int64_t{0})
+#elif HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX2)
+#define LLMRT_VEC_DISPATCH(fn, ...) (level() != Level::kScalar ? N_AVX2::fn(__VA_ARGS__) : int64_t{0})
+#else
+#define LLMRT_VEC_DISPATCH(fn, ...) int64_t{0}
+#endif
+
+}  // namespace
+
+void silu_mul(const float* g, const float* u, int64_t n, float* o) {
+  const int64_t i = LLMRT_VEC_DISPATCH(SiluMul, g, u, n, o);
+  silu_mul_scalar(g + i, u + i, n - i, o + i);
+}
+
+void exp_shifted(float* x, int64_t n, float m) {
+  const int64_t i = LLMRT_VEC_DISPATCH(ExpShifted, x, n, m);
+  exp_shifted_scalar(x + i, n - i, m);
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const int64_t i = LLMRT_VEC_DISPATCH(Axpy, a, x, y, n);
+  axpy_scalar(a, x + i, y + i, n - i);
+}
+
+void axpy_rows(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n) {
+  const int64_t i = LLMRT_VEC_DISPATCH(AxpyRows, a, count, x, x_stride, y, n);
+  for (int64_t j = 0; j < count; ++j) axpy_scalar(a[j], x + j * x_stride + i, y + i, n - i);
+}
+
+void add(const float* a, const float* b, float* c, int64_t n) {
+  const int64_t i = LLMRT_VEC_DISPATCH(Add, a, b, c, n);
+  add_scalar(a + i, b + i, c + i, n - i);
+}
+
+void scale_mul(const float* x, float s, const float* w, float* y, int64_t n) {
+  const int64_t i = LLMRT_VEC_DISPATCH(ScaleMul, x, s, w, y, n);
+  scale_mul_scalar(x + i, s, w + i, y + i, n - i);
+}
+
+void rotate(const float* x0, const float* x1, const float* c, const float* s, float* y0, float* y1,
+            int64_t n) {
+  const int64_t i = LLMRT_VEC_DISPATCH(Rotate, x0, x1, c, s, y0, y1, n);
+  rotate_scalar(x0 + i, x1 + i, c + i, s + i, y0 + i, y1 + i, n - i);
+}
+
+}  // namespace llmrt::cpu::vec
+
+#endif  // HWY_ONCE
