@@ -475,13 +475,15 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
       RETURN_IF_ERROR(writer->append(packed.data(), packed.size()));
       continue;
     }
-    // cpu_interleaved8: the concatenated rows regrouped in tiles of 8 (quant_format.h).
+    // cpu_interleaved8 / cuda_mma_n8: the concatenated rows regrouped in tiles of 8
+    // (quant_format.h).
     quant::Format f = *quant::parse_format(t.quant);
     const int64_t n = t.shape[0], k = t.shape[1], rb = *quant::row_bytes(f, k);
     const int64_t tileBytes = quant::kTileRows * rb;
     tiled.resize(static_cast<size_t>(tileBytes));
     for (int64_t r = 0; r < n; r += quant::kTileRows) {
-      quant::interleave_tile(f, k, packed.data() + r * rb, std::min(quant::kTileRows, n - r), tiled.data());
+      quant::pack_tile(f, weightLayoutKind, k, packed.data() + r * rb, std::min(quant::kTileRows, n - r),
+                       tiled.data());
       RETURN_IF_ERROR(writer->append(tiled.data(), tiled.size()));
     }
   }

@@ -60,19 +60,25 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (target != "cpu") {
+    const char *layoutName = nullptr;
+    if (target == "cpu") {
+      if (layout.empty() || layout == "interleaved8")
+        layoutName = llmrt::quant::kLayoutInterleaved8;
+      else if (layout == "row-groups")
+        layoutName = llmrt::quant::kLayoutRowGroups;
+    } else if (target == "cuda") {
+      if (layout.empty() || layout == "cuda-mma")
+        layoutName = llmrt::quant::kLayoutCudaMma8;
+    } else {
       module.emitError() << "--llm-pack-weights: unknown target '" << target
-                         << "' (supported: cpu)";
+                         << "' (supported: cpu, cuda)";
       return signalPassFailure();
     }
-    const char *layoutName = nullptr;
-    if (layout == "interleaved8")
-      layoutName = llmrt::quant::kLayoutInterleaved8;
-    else if (layout == "row-groups")
-      layoutName = llmrt::quant::kLayoutRowGroups;
-    else {
+    if (!layoutName) {
       module.emitError() << "--llm-pack-weights: unknown layout '" << layout
-                         << "' (supported: interleaved8, row-groups)";
+                         << "' for target " << target
+                         << " (supported: interleaved8, row-groups for cpu; "
+                            "cuda-mma for cuda)";
       return signalPassFailure();
     }
     std::optional<llmrt::quant::Format> rtn;

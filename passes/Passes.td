@@ -32,21 +32,24 @@ def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
     interleaved in 4-byte chunks, so one 32-byte load feeds 8 rows' dot
     products (what the SIMD kernels read); `layout=row-groups` gives
     "cpu_row_groups": each row its groups (scale, offset, codes), the
-    checkpoint's own block order.
+    checkpoint's own block order. For target cuda, `layout=cuda-mma` (its
+    default and only layout) gives "cuda_mma_n8": tiles of 8 rows whose codes
+    sit where each lane of a warp finds its B-operand fragment of
+    mma.sync.m16n8k16 (one 16-byte load per lane per 128 int4 codes).
     Runs before the fusion passes, which then only concatenate weights of one
     format. Fails on an unknown target or format.
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
-           "backend whose weight layout to use (cpu)">,
+           "backend whose weight layout to use (cpu, cuda)">,
     Option<"quantize", "quantize", "std::string", /*default=*/"\"\"",
            "format for float weights (e.g. int4-g128-f16-min); empty: keep f32">,
     Option<"quantizeEmbeddings", "quantize-embeddings", "bool", /*default=*/"true",
            "also quantize embedding tables and lm_head">,
     Option<"dequantize", "dequantize", "bool", /*default=*/"false",
            "store every weight as f32, even quantized checkpoint tensors">,
-    Option<"layout", "layout", "std::string", /*default=*/"\"interleaved8\"",
-           "CPU weight layout: interleaved8 or row-groups">,
+    Option<"layout", "layout", "std::string", /*default=*/"\"\"",
+           "weight layout: interleaved8 or row-groups (cpu), cuda-mma (cuda); empty: the target's default">,
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -33,6 +33,7 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opts) {
     pack.quantizeEmbeddings = opts.quantizeEmbeddings;
     pack.dequantize = opts.dequantize;
     pack.layout = opts.weightLayout;
+    pack.target = opts.weightLayout == "cuda-mma" ? "cuda" : "cpu";
     pm.addPass(createPackWeights(pack));
   }
   if (enabled("fuse-qkv"))

@@ -141,8 +141,10 @@ int main(int argc, char **argv) {
                     "store every weight as f32 (the float baseline of a quantized checkpoint); with --quantize: re-quantize from the dequantized weights");
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
-                      "kernels read) or row-groups (the checkpoint's blocks row by row; scalar fast kernels)")
-      ->check(CLI::IsMember({"interleaved8", "row-groups"}));
+                      "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "
+                      "or cuda-mma (tiles of mma.sync B fragments for the CUDA kernels; the CPU runs it "
+                      "with scalar kernels)")
+      ->check(CLI::IsMember({"interleaved8", "row-groups", "cuda-mma"}));
   compile->add_option("--kv-cache-dtype", copts.kvCacheDtype,
                       "KV cache element type: f32, or int8 (one f32 scale per token and head)")
       ->check(CLI::IsMember({"f32", "int8"}));

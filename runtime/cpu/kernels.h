@@ -120,7 +120,7 @@ struct QuantMatrix {
   const uint8_t* data = nullptr;
   quant::Format format;
   int64_t n = 0, k = 0;
-  int64_t row_bytes = 0;  // of one row (a tile of cpu_interleaved8 is kTileRows rows)
+  int64_t row_bytes = 0;  // of one row (a tile of a tiled layout is kTileRows rows)
   quant::Layout layout = quant::Layout::kRowGroups;
 };
 
@@ -155,7 +155,9 @@ void linear_q(const float* x, const int32_t* rows, int64_t num_rows, const Quant
 void embedding_q(const int32_t* tokens, int64_t num_tokens, const QuantMatrix& table, float* out,
                  QuantScratch& scratch, ThreadPool& pool);
 
-/// Test hooks: the fast contract's activation quantization and one output element, scalar.
+/// Test hooks: the fast contract's activation quantization and one output element, scalar
+/// (dot_q_fast_scalar reads cpu_row_groups and cpu_interleaved8; other layouts are unpacked to
+/// rows first, as linear_q does).
 void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d, float* s,
                                  int32_t* sums = nullptr);
 float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, const float* dx,

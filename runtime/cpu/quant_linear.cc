@@ -69,7 +69,7 @@ struct RowView {
     if (w.layout == quant::Layout::kInterleaved8) {
       base = w.data + row / quant::kTileRows * quant::kTileRows * w.row_bytes;
       r = static_cast<int>(row % quant::kTileRows);
-    } else {
+    } else {  // kRowGroups (callers unpack other layouts to rows first)
       base = w.data + row * w.row_bytes;
       r = -1;
     }
@@ -289,6 +289,14 @@ void quantize_activations(const float* x, int64_t k, int8_t* q, float* d, float*
   quantize_activations_scalar(x, k, q, d, s, sums);
 }
 
+// Row j of w in the row layout: in place, or copied out of its tile into buf.
+const uint8_t* row_bytes_of(const QuantMatrix& w, int64_t j, uint8_t* buf) {
+  if (w.layout == quant::Layout::kRowGroups) return w.data + j * w.row_bytes;
+  quant::unpack_row(w.format, w.layout, w.k, w.data + j / quant::kTileRows * quant::kTileRows * w.row_bytes,
+                    static_cast<int>(j % quant::kTileRows), buf);
+  return buf;
+}
+
 void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const QuantMatrix& w,
                  const float* bias, float* y, QuantScratch& sc, ThreadPool& pool) {
   const int64_t k = w.k, nb = k / quant::kSubBlock, n = w.n;
@@ -323,21 +331,21 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
     return;
   }
 #endif
-  split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int) {
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t j = n0; j < n1; ++j) {
-        const float v = dot_q_fast_scalar(w, j, sc.qx + t * k, sc.dx + t * nb, sc.sx + t * nb);
+  // Scalar: rows of cpu_row_groups and cpu_interleaved8 read in place, others (cuda_mma_n8, a
+  // plan packed for the GPU) unpacked to one row at a time.
+  const bool in_place = w.layout != quant::Layout::kCudaMma8;
+  split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int worker) {
+    uint8_t* buf = sc.rowbuf + worker * sc.rowbuf_stride;
+    for (int64_t j = n0; j < n1; ++j) {
+      const QuantMatrix one{in_place ? nullptr : row_bytes_of(w, j, buf), w.format, 1, k, w.row_bytes,
+                            quant::Layout::kRowGroups};
+      for (int64_t t = t0; t < t1; ++t) {
+        const float v = in_place ? dot_q_fast_scalar(w, j, sc.qx + t * k, sc.dx + t * nb, sc.sx + t * nb)
+                                 : dot_q_fast_scalar(one, 0, sc.qx + t * k, sc.dx + t * nb, sc.sx + t * nb);
         y[t * n + j] = bias ? v + bias[j] : v;
       }
+    }
   });
-}
-
-// Row j of w in the row layout: in place, or copied out of its tile into buf.
-const uint8_t* row_bytes_of(const QuantMatrix& w, int64_t j, uint8_t* buf) {
-  if (w.layout == quant::Layout::kRowGroups) return w.data + j * w.row_bytes;
-  quant::deinterleave_row(w.format, w.k, w.data + j / quant::kTileRows * quant::kTileRows * w.row_bytes,
-                          static_cast<int>(j % quant::kTileRows), buf);
-  return buf;
 }
 
 void linear_reference(const float* x, const int32_t* rows, int64_t num_rows, const QuantMatrix& w,

@@ -119,16 +119,24 @@ StatusOr<int64_t> row_bytes(const Format& f, int64_t k) {
 StatusOr<Layout> parse_layout(std::string_view name) {
   if (name == kLayoutRowGroups) return Layout::kRowGroups;
   if (name == kLayoutInterleaved8) return Layout::kInterleaved8;
+  if (name == kLayoutCudaMma8) return Layout::kCudaMma8;
   return invalid_argument("unknown quantized weight layout '" + std::string(name) + "' (known: " +
-                          kLayoutRowGroups + ", " + kLayoutInterleaved8 + ")");
+                          kLayoutRowGroups + ", " + kLayoutInterleaved8 + ", " + kLayoutCudaMma8 + ")");
 }
 
-const char* layout_name(Layout l) { return l == Layout::kInterleaved8 ? kLayoutInterleaved8 : kLayoutRowGroups; }
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kRowGroups: return kLayoutRowGroups;
+    case Layout::kInterleaved8: return kLayoutInterleaved8;
+    case Layout::kCudaMma8: return kLayoutCudaMma8;
+  }
+  return "unknown";
+}
 
 StatusOr<uint64_t> tensor_bytes(const Format& f, Layout l, int64_t n, int64_t k) {
   ASSIGN_OR_RETURN(int64_t rb, row_bytes(f, k));
   if (n < 0) return invalid_argument("negative row count");
-  const uint64_t rows = l == Layout::kInterleaved8 ? static_cast<uint64_t>((n + kTileRows - 1) / kTileRows * kTileRows)
+  const uint64_t rows = is_tiled(l) ? static_cast<uint64_t>((n + kTileRows - 1) / kTileRows * kTileRows)
                                                     : static_cast<uint64_t>(n);
   return rows * static_cast<uint64_t>(rb);
 }
@@ -169,6 +177,90 @@ void deinterleave_row(const Format& f, int64_t k, const uint8_t* tile, int r, ui
   for_each_tile_run(f, k, r, [&](int64_t to, int, int64_t ro, int64_t n) {
     std::memcpy(row + ro, tile + to, static_cast<size_t>(n));
   });
+}
+
+CodePos cuda_mma_code_pos(const Format& f, int64_t k, int r, int64_t e) {
+  const int64_t groups = k / group_elems(f, k);
+  const int sb = scale_bytes(f.scale);
+  const int ob = f.offset == Offset::kMin ? sb : f.offset == Offset::kZeroPoint ? 1 : 0;
+  const int64_t codes = kTileRows * groups * (sb + ob);
+  const int64_t W = f.bits == 4 ? 4 : 8;                   // lane bytes per sub-block
+  const int64_t span = e / 128, m = std::min<int64_t>(4, (k - span * 128) / kSubBlock);
+  const int64_t j = e % 128 / kSubBlock, i = e % kSubBlock;
+  const int64_t s = i / 16, w = i % 16;                    // k-step, offset in it
+  const int64_t q = w % 8 / 2, b = (w & 1) + 2 * (w / 8);  // lane % 4, fragment element b0..b3
+  const int64_t lane = 4 * r + q;
+  const int64_t base = codes + span * kTileRows * 128 * f.bits / 8 + lane * m * W + j * W;
+  if (f.bits == 8) return {base + 4 * s + b, 0};
+  const int64_t p = 2 * s + (b >> 1) + 4 * (b & 1);      // nibble in the 32-bit word
+  return {base + p / 2, static_cast<int>(4 * (p % 2))};
+}
+
+namespace {
+
+// Row-layout position of element e's code (as cuda_mma_code_pos for the row layout).
+CodePos row_code_pos(const Format& f, int64_t k, int64_t e) {
+  const int64_t g = group_elems(f, k), gi = e / g, i = e % g;
+  const int64_t base = gi * group_bytes(f, g) + header_bytes(f) + i / kSubBlock * (kSubBlock * f.bits / 8);
+  const int64_t c = i % kSubBlock;
+  if (f.bits == 8) return {base + c, 0};
+  return {base + c % 16, c < 16 ? 0 : 4};
+}
+
+// Calls move(tile_offset, row, row_offset, bytes) for the scales and offsets of cuda_mma_n8 (for
+// row `only` when >= 0), the header part of the tile; codes go element by element.
+template <typename Move>
+void for_each_cuda_header(const Format& f, int64_t k, int only, Move&& move) {
+  const int64_t g = group_elems(f, k), groups = k / g, gb = group_bytes(f, g);
+  const int sb = scale_bytes(f.scale);
+  for (int64_t gi = 0; gi < groups; ++gi)
+    for (int r = only >= 0 ? only : 0; r < (only >= 0 ? only + 1 : kTileRows); ++r) {
+      move((gi * kTileRows + r) * sb, r, gi * gb, sb);
+      const int64_t offsets = kTileRows * groups * sb;
+      if (f.offset == Offset::kMin) move(offsets + (gi * kTileRows + r) * sb, r, gi * gb + sb, sb);
+      if (f.offset == Offset::kZeroPoint) move(offsets + gi * kTileRows + r, r, gi * gb + sb, 1);
+    }
+}
+
+void cuda_pack_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile) {
+  const int64_t rb = *row_bytes(f, k);
+  std::memset(tile, 0, static_cast<size_t>(kTileRows * rb));
+  for_each_cuda_header(f, k, -1, [&](int64_t to, int r, int64_t ro, int64_t n) {
+    if (r < nrows) std::memcpy(tile + to, rows + r * rb + ro, static_cast<size_t>(n));
+  });
+  const unsigned mask = (1u << f.bits) - 1;
+  for (int r = 0; r < nrows; ++r)
+    for (int64_t e = 0; e < k; ++e) {
+      const CodePos from = row_code_pos(f, k, e), to = cuda_mma_code_pos(f, k, r, e);
+      const unsigned code = (rows[r * rb + from.byte] >> from.shift) & mask;
+      tile[to.byte] = static_cast<uint8_t>(tile[to.byte] | (code << to.shift));
+    }
+}
+
+void cuda_unpack_row(const Format& f, int64_t k, const uint8_t* tile, int r, uint8_t* row) {
+  const int64_t rb = *row_bytes(f, k);
+  std::memset(row, 0, static_cast<size_t>(rb));
+  for_each_cuda_header(f, k, r, [&](int64_t to, int, int64_t ro, int64_t n) {
+    std::memcpy(row + ro, tile + to, static_cast<size_t>(n));
+  });
+  const unsigned mask = (1u << f.bits) - 1;
+  for (int64_t e = 0; e < k; ++e) {
+    const CodePos from = cuda_mma_code_pos(f, k, r, e), to = row_code_pos(f, k, e);
+    const unsigned code = (tile[from.byte] >> from.shift) & mask;
+    row[to.byte] = static_cast<uint8_t>(row[to.byte] | (code << to.shift));
+  }
+}
+
+}  // namespace
+
+void pack_tile(const Format& f, Layout l, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile) {
+  if (l == Layout::kCudaMma8) return cuda_pack_tile(f, k, rows, nrows, tile);
+  interleave_tile(f, k, rows, nrows, tile);
+}
+
+void unpack_row(const Format& f, Layout l, int64_t k, const uint8_t* tile, int r, uint8_t* row) {
+  if (l == Layout::kCudaMma8) return cuda_unpack_row(f, k, tile, r, row);
+  deinterleave_row(f, k, tile, r, row);
 }
 
 float load_scale(ScaleType t, const uint8_t* p) {

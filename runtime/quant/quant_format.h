@@ -33,6 +33,31 @@
 //
 // So a tile is 8 row_bytes and a load of chunk c gives, per 32-bit lane r, four codes of row r:
 // a dot product against 4 activations broadcast to every lane needs no horizontal sums.
+//
+// The "cuda_mma_n8" layout (pack-weights target=cuda) serves the CUDA weight-only GEMV/GEMM
+// kernels, which dequantize weights in registers and feed tensor cores with mma.sync.m16n8k16
+// (f16/bf16 operands, the weights as the B operand: 16 k by 8 n). Rows again go in tiles of 8
+// (= n of one mma, padded like cpu_interleaved8); a tile of G groups and k elements is
+//
+//   scales   [G][8] of the scale type (group-major: one group's 8 rows are adjacent)
+//   offsets  [G][8]: min: scale type; zero point: bytes; sym: absent
+//   codes    k in spans of up to 128 elements (4 sub-blocks of 32; the last span may be shorter:
+//            m = its sub-blocks). In a span, lane L (0..31) of a warp owns m * W consecutive
+//            bytes at span_base + L * m * W (W = 4 for int4, 8 for int8 per sub-block), so one
+//            16-byte (int4) or two (int8) loads per lane fetch a span; sub-block j's W bytes are
+//            at j * W in them.
+//
+// A sub-block is two k-steps of 16 (s = 0, 1). As in the PTX ISA's fragment layout of the B
+// operand of mma.m16n8k16 (.f16/.bf16), lane L holds column n = L / 4 (the row of the weight
+// matrix) and, with q = L % 4, the elements b0..b3 at k = 16 s + 2 q + {0, 1, 8, 9}. Lane L's W
+// bytes of a sub-block:
+//   int4: one little-endian 32-bit word whose nibble p holds, for p = 0..7,
+//         (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3) (1,b1) (1,b3),
+//         so (word >> 4t) & 0x000F000F holds the f16x2 pair t = 0..3: {b0,b1} and {b2,b3} of
+//         k-step 0, then of k-step 1 (each ready for the 0x6400 exponent trick);
+//   int8: two 32-bit words, word s holding b0, b1, b2, b3 of k-step s in bytes 0..3.
+// Codes keep their meaning (value rules above). cuda_mma_code_pos() computes the position and
+// the tests check it against the fragment rule; a tile is 8 row_bytes, like the CPU tiles.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +76,13 @@ inline constexpr int64_t kSubBlock = 32;
 /// The plan's tensor layout name for this storage.
 inline constexpr const char* kLayoutRowGroups = "cpu_row_groups";
 inline constexpr const char* kLayoutInterleaved8 = "cpu_interleaved8";
-/// Rows per tile of cpu_interleaved8.
+inline constexpr const char* kLayoutCudaMma8 = "cuda_mma_n8";
+/// Rows per tile of cpu_interleaved8 and cuda_mma_n8.
 inline constexpr int64_t kTileRows = 8;
 
-enum class Layout : uint8_t { kRowGroups = 0, kInterleaved8 = 1 };
+enum class Layout : uint8_t { kRowGroups = 0, kInterleaved8 = 1, kCudaMma8 = 2 };
+/// Whether rows are stored in tiles of kTileRows (each tile kTileRows row_bytes).
+inline bool is_tiled(Layout l) { return l != Layout::kRowGroups; }
 /// Parses a layout name; the error lists the known ones.
 StatusOr<Layout> parse_layout(std::string_view name);
 const char* layout_name(Layout l);
@@ -86,11 +114,22 @@ StatusOr<int64_t> row_bytes(const Format& f, int64_t k);
 /// Bytes of an [n, k] tensor of format f in layout l (n rounded up to whole tiles).
 StatusOr<uint64_t> tensor_bytes(const Format& f, Layout l, int64_t n, int64_t k);
 
-/// cpu_interleaved8: `rows` (< = 8) consecutive rows in the row layout (row_bytes each) into
+/// A tiled layout l: `nrows` (<= 8) consecutive rows in the row layout (row_bytes each) into
 /// one tile of 8 rows (missing rows zero).
+void pack_tile(const Format& f, Layout l, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile);
+/// A tiled layout l: row r (0..7) of a tile back in the row layout.
+void unpack_row(const Format& f, Layout l, int64_t k, const uint8_t* tile, int r, uint8_t* row);
+/// cpu_interleaved8 forms of pack_tile / unpack_row.
 void interleave_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile);
-/// cpu_interleaved8: row r (0..7) of a tile back in the row layout.
 void deinterleave_row(const Format& f, int64_t k, const uint8_t* tile, int r, uint8_t* row);
+
+/// cuda_mma_n8: where the code of element e (0..k-1) of tile row r (0..7) lies: tile byte
+/// `byte`, bits [shift, shift + bits).
+struct CodePos {
+  int64_t byte;
+  int shift;
+};
+CodePos cuda_mma_code_pos(const Format& f, int64_t k, int r, int64_t e);
 
 float load_scale(ScaleType t, const uint8_t* p);
 /// Rounds x to the scale type and stores it; returns the stored value as f32.

@@ -69,7 +69,7 @@ def prompts():
 
 def logits_of(llmrt, plan, ids, tmp_path, tag, *extra):
     out = tmp_path / f"{tag}.npy"
-    run_cmd([llmrt, "run", plan, *prompt_args([ids]), "--all-logits-out", out, *extra],
+    run_cmd([llmrt, "run", plan, *prompt_args([ids]), "--all-logits-out", out, "--max-tokens", "0", *extra],
             f"llmrt run {tag}")
     return load_f32_npy(out, (len(ids), VOCAB), f"llmrt run {tag}")
 
@@ -115,6 +115,20 @@ def test_runtime_override_matches_compiled_contract(llmrt, plans, tmp_path):
     a = logits_of(llmrt, plans["fast"], ids, tmp_path, "fast_as_ref", "--cpu-kernels", "reference")
     b = logits_of(llmrt, plans["reference"], ids, tmp_path, "ref")
     assert np.array_equal(a, b)
+
+
+def test_weight_layouts_give_identical_logits(llmrt, plans, compile_plan, gguf, tmp_path):
+    """cpu_row_groups and cuda_mma_n8 (the GPU layout, which the CPU runs with its scalar fast
+    oracle on unpacked rows) hold the same blocks as the default cpu_interleaved8: same logits
+    bit for bit, under both contracts."""
+    ids = prompts()[0]
+    for layout in ["row-groups", "cuda-mma"]:
+        plan = compile_plan(gguf, f"smollm2_{layout}", "--cpu-kernels", "fast", "--weight-layout", layout)
+        for contract in ["fast", "reference"]:
+            want = logits_of(llmrt, plans["fast"], ids, tmp_path, f"interleaved8_{contract}",
+                             "--cpu-kernels", contract)
+            got = logits_of(llmrt, plan, ids, tmp_path, f"{layout}_{contract}", "--cpu-kernels", contract)
+            assert np.array_equal(got, want), f"{layout}, {contract} contract: max diff {np.abs(got - want).max()}"
 
 
 def test_rtn_quantization_quality(llmrt, plans, compile_plan, gguf, tmp_path):

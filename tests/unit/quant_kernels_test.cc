@@ -143,23 +143,34 @@ struct Case {
   int64_t n, k;
   std::vector<uint8_t> w;      // cpu_row_groups
   std::vector<uint8_t> tiles;  // the same rows in cpu_interleaved8
+  std::vector<uint8_t> cuda;   // and in cuda_mma_n8
   std::vector<float> wf;    // dequantized
   std::vector<float> bias;
   cpu::QuantMatrix m(quant::Layout l = quant::Layout::kInterleaved8) const {
-    return {l == quant::Layout::kInterleaved8 ? tiles.data() : w.data(), f, n, k, *quant::row_bytes(f, k), l};
+    const uint8_t* data = l == quant::Layout::kInterleaved8 ? tiles.data()
+                          : l == quant::Layout::kCudaMma8   ? cuda.data()
+                                                            : w.data();
+    return {data, f, n, k, *quant::row_bytes(f, k), l};
   }
 };
 
-// c.tiles from c.w (after c.w changed).
+const quant::Layout kAllLayouts[] = {quant::Layout::kRowGroups, quant::Layout::kInterleaved8,
+                                     quant::Layout::kCudaMma8};
+
+// c.tiles and c.cuda from c.w (after c.w changed).
 void retile(Case& c) {
   const int64_t rb = *quant::row_bytes(c.f, c.k);
   c.tiles.resize(*quant::tensor_bytes(c.f, quant::Layout::kInterleaved8, c.n, c.k));
-  for (int64_t r = 0; r < c.n; r += quant::kTileRows)
+  c.cuda.resize(*quant::tensor_bytes(c.f, quant::Layout::kCudaMma8, c.n, c.k));
+  for (int64_t r = 0; r < c.n; r += quant::kTileRows) {
     quant::interleave_tile(c.f, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r), c.tiles.data() + r * rb);
+    quant::pack_tile(c.f, quant::Layout::kCudaMma8, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r),
+                     c.cuda.data() + r * rb);
+  }
 }
 
 Case make_case(const char* name, int64_t n, int64_t k, uint32_t seed) {
-  Case c{*quant::parse_format(name), n, k, {}, {}, {}, {}};
+  Case c{*quant::parse_format(name), n, k, {}, {}, {}, {}, {}};
   const int64_t rb = *quant::row_bytes(c.f, k);
   c.w.resize(n * rb);
   c.wf.resize(n * k);
@@ -212,6 +223,80 @@ TEST(QuantLayout, InterleavedTilesHoldTheSameRows) {
   EXPECT_EQ(*quant::parse_layout("cpu_interleaved8"), quant::Layout::kInterleaved8);
 }
 
+TEST(QuantLayout, CudaMmaTilesHoldTheSameRows) {
+  for (const char* name : kAllFormats) {
+    // 2 tiles; spans of 128, 128 and 64 (all 128 for groups of 128)
+    const int64_t k = quant::parse_format(name)->group == 128 ? 384 : 320;
+    Case c = make_case(name, 11, k, 4);
+    const int64_t rb = *quant::row_bytes(c.f, c.k);
+    ASSERT_EQ(c.cuda.size(), static_cast<size_t>(16 * rb)) << name;
+    std::vector<uint8_t> row(rb);
+    for (int64_t r = 0; r < 16; ++r) {
+      quant::unpack_row(c.f, quant::Layout::kCudaMma8, c.k, c.cuda.data() + r / 8 * 8 * rb, static_cast<int>(r % 8),
+                        row.data());
+      if (r < c.n)
+        EXPECT_EQ(std::memcmp(row.data(), c.w.data() + r * rb, rb), 0) << name << " row " << r;
+      else
+        EXPECT_TRUE(std::all_of(row.begin(), row.end(), [](uint8_t v) { return v == 0; })) << name;
+    }
+  }
+  EXPECT_EQ(*quant::parse_layout("cuda_mma_n8"), quant::Layout::kCudaMma8);
+  EXPECT_STREQ(quant::layout_name(quant::Layout::kCudaMma8), "cuda_mma_n8");
+}
+
+// The layout's promise to the CUDA kernels, checked against the PTX ISA's fragment layout of the
+// B operand of mma.m16n8k16 (.f16/.bf16): lane L holds column n = L / 4 and rows (k)
+// 2 (L % 4) + {0, 1} (b0, b1) and + 8 (b2, b3). A lane reads its span bytes at the documented
+// address and extracts codes with the documented recipe; each must be row n's code at that k,
+// read from the row layout by this test's own decoder, and the lane's scale its row's.
+TEST(QuantLayout, CudaMmaLanesFindTheirMmaFragments) {
+  for (const char* name : {"int4-g32-f16-min", "int4-g64-bf16-sym", "int4-g128-f32-zp", "int8-g32-f16-sym",
+                           "int8-g64-bf16-zp", "int4-row-f32-min"}) {
+    const int64_t k = quant::parse_format(name)->group == 128 ? 384 : 320;  // a short last span
+    Case c = make_case(name, 16, k, 8);
+    const Format& f = c.f;
+    const int64_t rb = *quant::row_bytes(f, c.k), g = quant::group_elems(f, c.k), G = c.k / g;
+    const int sb = quant::scale_bytes(f.scale);
+    const int ob = f.offset == quant::Offset::kMin ? sb : f.offset == quant::Offset::kZeroPoint ? 1 : 0;
+    const int64_t W = f.bits == 4 ? 4 : 8;
+    auto row_code = [&](int64_t n, int64_t e) {  // row layout: group header, then sub-blocks
+      const uint8_t* grp = c.w.data() + n * rb + e / g * quant::group_bytes(f, g) + quant::header_bytes(f);
+      const int64_t i = e % g, sub = i / 32, j = i % 32;
+      if (f.bits == 8) return static_cast<unsigned>(grp[sub * 32 + j]);
+      const uint8_t byte = grp[sub * 16 + j % 16];
+      return static_cast<unsigned>(j < 16 ? byte & 15 : byte >> 4);
+    };
+    for (int64_t tile = 0; tile < 2; ++tile) {
+      const uint8_t* t = c.cuda.data() + tile * 8 * rb;
+      const uint8_t* codes = t + 8 * G * (sb + ob);
+      for (int64_t ks = 0; ks < c.k / 16; ++ks) {  // k-steps of the mma
+        const int64_t span = ks * 16 / 128, m = std::min<int64_t>(4, (c.k - span * 128) / 32);
+        const int64_t j = ks * 16 % 128 / 32, s = ks % 2;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int64_t n = tile * 8 + lane / 4, k0 = ks * 16 + 2 * (lane % 4);
+          const uint8_t* mine = codes + span * 8 * 128 * f.bits / 8 + lane * m * W + j * W;
+          unsigned b[4];
+          if (f.bits == 4) {
+            uint32_t word;
+            std::memcpy(&word, mine, 4);
+            const uint32_t lo = (word >> (4 * (2 * s))) & 0x000F000Fu;      // {b0, b1}
+            const uint32_t hi = (word >> (4 * (2 * s + 1))) & 0x000F000Fu;  // {b2, b3}
+            b[0] = lo & 15, b[1] = lo >> 16, b[2] = hi & 15, b[3] = hi >> 16;
+          } else {
+            for (int i = 0; i < 4; ++i) b[i] = mine[4 * s + i];
+          }
+          const int64_t ks_k[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
+          for (int i = 0; i < 4; ++i)
+            ASSERT_EQ(b[i], row_code(n, ks_k[i])) << name << " tile " << tile << " k-step " << ks << " lane " << lane << " b" << i;
+          const int64_t gi = ks * 16 / g;
+          ASSERT_EQ(std::memcmp(t + (gi * 8 + lane / 4) * sb, c.w.data() + n * rb + gi * quant::group_bytes(f, g), sb), 0)
+              << name << " scale of lane " << lane;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantLinear, ReferenceContractEqualsF32LinearOverDequantizedWeights) {
   for (const char* name : kAllFormats) {
     Case c = make_case(name, 40, 256, 5);
@@ -220,7 +305,7 @@ TEST(QuantLinear, ReferenceContractEqualsF32LinearOverDequantizedWeights) {
       ThreadPool pool(2);
       std::vector<float> want(rows * c.n);
       cpu::linear(x.data(), nullptr, rows, c.k, c.wf.data(), c.n, c.bias.data(), want.data(), pool);
-      for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
+      for (quant::Layout l : kAllLayouts)
         EXPECT_TRUE(bit_equal(run_q(c, x, rows, cpu::CpuContract::kReference, 2, true, nullptr, l), want))
             << name << " rows " << rows << " " << quant::layout_name(l);
     }
@@ -238,9 +323,9 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
       std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
       set_active_isa(CpuIsa::kScalar);
       std::vector<float> scalar = run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2);
-      EXPECT_TRUE(bit_equal(scalar, run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2, nullptr,
-                                          quant::Layout::kRowGroups)))
-          << name << ": the scalar oracle reads both layouts alike";
+      for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kCudaMma8})
+        EXPECT_TRUE(bit_equal(scalar, run_q(c, x, rows, cpu::CpuContract::kFast, 2, rows % 2, nullptr, l)))
+            << name << ": the scalar oracle reads every layout alike: " << quant::layout_name(l);
       for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
         if (isa > detected_isa()) continue;  // AVX-VNNI only where the CPU has it
         set_active_isa(isa);
@@ -367,7 +452,7 @@ TEST(QuantLinear, EmbeddingDequantizesRows) {
   std::vector<float> out(3 * 64);
   ThreadPool pool(2);
   cpu::QuantScratch sc;
-  for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8}) {
+  for (quant::Layout l : kAllLayouts) {
     std::fill(out.begin(), out.end(), -1.0f);
     cpu::embedding_q(tokens, 3, c.m(l), out.data(), sc, pool);
     for (int t = 0; t < 3; ++t)

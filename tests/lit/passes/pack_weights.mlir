@@ -5,7 +5,10 @@
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='dequantize=true quantize=int8-g32-f16-sym' | FileCheck %s --check-prefix=REQ
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights --llm-fuse-qkv --llm-fuse-gate-up | FileCheck %s --check-prefix=FUSE
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='layout=row-groups' | FileCheck %s --check-prefix=ROWS
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='target=cuda' | FileCheck %s --check-prefix=CUDA
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='target=cuda layout=cuda-mma' | FileCheck %s --check-prefix=CUDA
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='layout=columns' 2>&1 | FileCheck %s --check-prefix=LAYOUT
+// RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=cuda layout=interleaved8' 2>&1 | FileCheck %s --check-prefix=MISMATCH
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=tpu' 2>&1 | FileCheck %s --check-prefix=TARGET
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='quantize=int5' 2>&1 | FileCheck %s --check-prefix=FORMAT
 
@@ -13,7 +16,10 @@
 // weight never gets a format. Embedding and logits matrices are candidates like linears.
 // CHECK: module attributes {llm.weight_layout = "cpu_interleaved8"}
 // ROWS: module attributes {llm.weight_layout = "cpu_row_groups"}
-// LAYOUT: unknown layout 'columns' (supported: interleaved8, row-groups)
+// CUDA: module attributes {llm.weight_layout = "cuda_mma_n8"}
+// CUDA: llm.weight "wq" {quant = "int4-g32-f16-min", source_quant = "int4-g32-f16-min"}
+// LAYOUT: unknown layout 'columns' for target cpu (supported: interleaved8, row-groups for cpu; cuda-mma for cuda)
+// MISMATCH: unknown layout 'interleaved8' for target cuda
 // CHECK: llm.weight "emb" {quant = "int8-g32-f16-sym", source_quant = "int8-g32-f16-sym"}
 // CHECK: llm.weight "norm" : tensor<64xf32>
 // CHECK: llm.weight "wq" {quant = "int4-g32-f16-min", source_quant = "int4-g32-f16-min"}
@@ -47,7 +53,7 @@
 // FUSE: llm.linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
 // FUSE: llm.weight_concat %{{.*}}, %{{.*}} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<256x64xf32>
 
-// TARGET: unknown target 'tpu' (supported: cpu)
+// TARGET: unknown target 'tpu' (supported: cpu, cuda)
 // FORMAT: quantization format 'int5'
 
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
