@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/Importer.h"
 
+#include <map>
+
 #include "compiler/models/Architectures.h"
 #include "ir/LLMDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -77,6 +79,16 @@ private:
   llmrt::StatusOr<Value> linear(Value x, const std::string &prefix,
                                 int64_t out, int64_t in, bool bias) {
     ASSIGN_OR_RETURN(Value w, weight(prefix + ".weight", {out, in}));
+    // Columns stored in another order (GPTQ desc_act): feed x[:, perm], one
+    // permute_columns per (input, permutation) so that q/k/v and gate/up
+    // with equal permutations still share their input and fuse.
+    if (auto perm = model.tensors->inputPermutation(prefix + ".weight")) {
+      Value &shared = permuted[{x.getAsOpaquePointer(), *perm}];
+      if (!shared)
+        shared = op("llm.permute_columns", {x}, {act(in)},
+                    {NamedAttribute(b.getStringAttr("perm"), b.getDenseI64ArrayAttr(*perm))});
+      x = shared;
+    }
     SmallVector<Value> operands{x, w};
     if (bias) {
       ASSIGN_OR_RETURN(Value bv, weight(prefix + ".bias", {out}));
@@ -102,6 +114,7 @@ private:
   }
   DictionaryAttr modelAttr();
 
+  std::map<std::pair<const void *, std::vector<int64_t>>, Value> permuted;
   MLIRContext &ctx;
   OpBuilder b;
   Location loc;

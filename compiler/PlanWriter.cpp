@@ -148,6 +148,7 @@ static fb::OpKind opKind(StringRef name) {
       {"llm.paged_attention", fb::OpKind::PagedAttention},
       {"llm.silu_mul", fb::OpKind::SiluMul},
       {"llm.logits", fb::OpKind::Logits},
+      {"llm.permute_columns", fb::OpKind::PermuteColumns},
   };
   auto it = kinds.find(name);
   return it == kinds.end() ? fb::OpKind::Unknown : it->second;

@@ -3,7 +3,7 @@
 // The one header to include for the `llm` dialect: the dialect class
 // (llmc::llm::LLMDialect), the types (BatchType, KvCacheType) and every op
 // (WeightOp, WeightConcatOp, EmbeddingOp, RmsNormOp, AddOp, AddRmsNormOp,
-// LinearOp, SplitOp, RopeOp, KvStoreOp, PagedAttentionOp, SiluMulOp, LogitsOp).
+// LinearOp, PermuteColumnsOp, SplitOp, RopeOp, KvStoreOp, PagedAttentionOp, SiluMulOp, LogitsOp).
 //
 //===----------------------------------------------------------------------===//
 

@@ -13,6 +13,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <cmath>
+#include <vector>
 
 using namespace mlir;
 using namespace llmc::llm;
@@ -400,6 +401,31 @@ LogicalResult LinearOp::verify() {
   }
   return expectSameRows(*this, getX().getType(), "x", getResult().getType(),
                         "result");
+}
+
+//===----------------------------------------------------------------------===//
+// PermuteColumnsOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PermuteColumnsOp::verify() {
+  int64_t k, n;
+  if (failed(expectActivation(*this, getX().getType(), "x", k)) ||
+      failed(expectActivation(*this, getResult().getType(), "result", n)))
+    return failure();
+  if (n != k)
+    return emitOpError() << "result width " << n << " must equal x's width " << k;
+  ArrayRef<int64_t> perm = getPerm();
+  if (static_cast<int64_t>(perm.size()) != k)
+    return emitOpError() << "perm has " << perm.size() << " entries but x has width " << k;
+  std::vector<bool> seen(k, false);
+  for (auto [j, p] : llvm::enumerate(perm)) {
+    if (p < 0 || p >= k)
+      return emitOpError() << "perm[" << j << "] = " << p << " is outside [0, " << k << ")";
+    if (seen[p])
+      return emitOpError() << "perm[" << j << "] = " << p << " repeats an earlier entry";
+    seen[p] = true;
+  }
+  return expectSameRows(*this, getX().getType(), "x", getResult().getType(), "result");
 }
 
 //===----------------------------------------------------------------------===//

@@ -219,6 +219,27 @@ def LLM_SplitOp : LLM_Op<"split"> {
   ];
 }
 
+def LLM_PermuteColumnsOp : LLM_Op<"permute_columns"> {
+  let summary = "y[:, j] = x[:, perm[j]]: the input order of a linear with permuted columns";
+  let description = [{
+    `x[T, K]` → `[T, K]`; `perm` is a permutation of `0..K-1`. A GPTQ
+    `desc_act` checkpoint quantizes the input columns in its own order
+    (`g_idx`); the importer stores such a weight with its columns grouped
+    (column j holds input perm[j]) and feeds the linear `x[:, perm]`, so the
+    groups are contiguous like every other format. Linears that share an input
+    and a permutation share one permute_columns (and may then be fused).
+
+    ```mlir
+    %xp = llm.permute_columns %x perm [2, 0, 3, 1] : tensor<?x4xf32> -> tensor<?x4xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x, DenseI64ArrayAttr:$perm);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $x `perm` $perm attr-dict `:` type($x) `->` type($result)
+  }];
+}
+
 def LLM_RopeOp : LLM_Op<"rope"> {
   let summary = "rotary position embedding (Hugging Face semantics)";
   let description = [{

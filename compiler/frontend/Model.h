@@ -55,6 +55,13 @@ public:
   nativeFormat(std::string_view name) const {
     return std::nullopt;
   }
+  /// For a matrix stored with its input columns reordered: perm[j] is the
+  /// input that column j of readF32/readPacked holds, and the model must feed
+  /// it x[:, perm] (llm.permute_columns). nullopt: columns in input order.
+  virtual std::optional<std::vector<int64_t>>
+  inputPermutation(std::string_view name) const {
+    return std::nullopt;
+  }
   /// Writes tensor `name` ([n, k], Hugging Face row order) as cpu_row_groups
   /// bytes of nativeFormat(name): n * row_bytes(format, k) bytes, bit-exact.
   virtual llmrt::Status readPacked(std::string_view name, uint8_t *out) const {

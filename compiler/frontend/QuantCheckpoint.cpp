@@ -317,11 +317,25 @@ QuantCheckpointSource::create(std::unique_ptr<SafetensorsSource> base,
     l.scaleType = ts.dtype;
 
     // The cpu_row_groups form needs groups that are contiguous runs of the
-    // input dim, in order. desc_act checkpoints with a permuted g_idx fall
-    // back to f32 (readF32); a layout that permutes the inputs is future work.
+    // input dim, in order. A permuted g_idx (desc_act) whose groups each hold
+    // group_size inputs becomes so by reordering the columns by group (stable
+    // sort, inputPermutation); uneven groups fall back to f32 (readF32).
     bool contiguous = l.in % group == 0;
     for (int64_t i = 0; contiguous && i < l.in; ++i)
       contiguous = l.gIdx[i] == i / group;
+    if (!contiguous && l.in % group == 0) {
+      std::vector<int64_t> count(l.groups, 0);
+      for (int32_t g : l.gIdx)
+        ++count[g];
+      if (std::all_of(count.begin(), count.end(), [&](int64_t c) { return c == group; })) {
+        l.perm.resize(l.in);
+        for (int64_t i = 0; i < l.in; ++i)
+          l.perm[i] = i;
+        std::stable_sort(l.perm.begin(), l.perm.end(),
+                         [&](int64_t a, int64_t b) { return l.gIdx[a] < l.gIdx[b]; });
+        contiguous = true;
+      }
+    }
     if (contiguous) {
       quant::Format f;
       f.bits = bits;
@@ -411,14 +425,23 @@ Status QuantCheckpointSource::readF32(std::string_view name, float *out) const {
   }
   const Linear &l = linears_[it->second];
   // scale * (q - z): the integer difference and its product with an f16, bf16
-  // or f32 scale are exact in f32.
+  // or f32 scale are exact in f32. Column j is input perm[j] (or j).
   for (int64_t o = 0; o < l.out; ++o)
-    for (int64_t i = 0; i < l.in; ++i) {
+    for (int64_t j = 0; j < l.in; ++j) {
+      const int64_t i = l.perm.empty() ? j : l.perm[j];
       const int64_t g = l.gIdx[i];
       const int diff = static_cast<int>(code(l, o, i)) - l.zeros[g * l.out + o];
-      out[o * l.in + i] = scale(l, g, o) * static_cast<float>(diff);
+      out[o * l.in + j] = scale(l, g, o) * static_cast<float>(diff);
     }
   return llmrt::ok_status();
+}
+
+std::optional<std::vector<int64_t>>
+QuantCheckpointSource::inputPermutation(std::string_view name) const {
+  auto it = byWeightName_.find(std::string(name));
+  if (it == byWeightName_.end() || linears_[it->second].perm.empty())
+    return std::nullopt;
+  return linears_[it->second].perm;
 }
 
 std::optional<quant::Format>
@@ -447,8 +470,10 @@ Status QuantCheckpointSource::readPacked(std::string_view name, uint8_t *out) co
       std::memcpy(out, l.scales + sb * (gi * l.out + o), sb);
       if (f.offset == quant::Offset::kZeroPoint)
         out[sb] = l.zeros[gi * l.out + o];
-      for (int64_t j = 0; j < g; ++j)
-        codes[j] = static_cast<uint8_t>(code(l, o, gi * g + j));
+      for (int64_t j = 0; j < g; ++j) {
+        const int64_t c = gi * g + j;  // column; input perm[c] when permuted
+        codes[j] = static_cast<uint8_t>(code(l, o, l.perm.empty() ? c : l.perm[c]));
+      }
       uint8_t *q = out + hb;
       if (f.bits == 8) {
         // sym int8 is d * q with q signed: the stored q - 128.

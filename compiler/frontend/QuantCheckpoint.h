@@ -23,6 +23,13 @@
 // (runtime/quant/quant_format.h) and readPacked repacks the codes, zero points
 // and scale bits into it without requantizing.
 //
+// desc_act checkpoints quantize the inputs in an order of their own: g_idx is
+// then a permutation of group runs. When every group holds exactly group_size
+// inputs (what GPTQ writes), X.weight is shown with its columns reordered by
+// group (stable: column j holds input perm[j], inputPermutation) and is native
+// like the others; the importer feeds such a linear x[:, perm]. Other g_idx
+// (uneven groups) stay exact f32 through readF32.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -70,6 +77,8 @@ public:
   std::optional<llmrt::quant::Format>
   nativeFormat(std::string_view name) const override;
   llmrt::Status readPacked(std::string_view name, uint8_t *out) const override;
+  std::optional<std::vector<int64_t>>
+  inputPermutation(std::string_view name) const override;
 
   const QuantConfig &config() const { return config_; }
 
@@ -81,6 +90,7 @@ private:
     const uint8_t *scales = nullptr;
     SafetensorsDType scaleType = SafetensorsDType::F16;
     std::vector<int32_t> gIdx;              // group of each input
+    std::vector<int64_t> perm;              // column j holds input perm[j]; empty: identity
     std::vector<uint8_t> zeros;             // [groups][out], decoded
     std::optional<llmrt::quant::Format> native;
   };

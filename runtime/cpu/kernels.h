@@ -61,6 +61,9 @@ void add(const float* a, const float* b, int64_t rows, int64_t width, float* c, 
 /// (fused gate_up: gate = gu, up = gu + inter, both strides 2 * inter).
 void silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
               int64_t rows, int64_t inter, float* out, ThreadPool& pool);
+/// Column gather: y[t, j] = x[t, perm[j]] (perm a permutation of 0..width-1).
+void permute_columns(const float* x, int64_t rows, int64_t width, const int32_t* perm, float* y,
+                     ThreadPool& pool);
 /// Column split: outs[i][t, :] = x[t, off_i : off_i + sizes[i]].
 void split(const float* x, int64_t rows, int64_t width, std::span<const int64_t> sizes,
            float* const* outs, ThreadPool& pool);

@@ -38,6 +38,7 @@ struct CpuExecutor::Step {
   bool interleaved = false;
   std::vector<float> inv_freq;
   std::vector<int64_t> sizes;
+  std::vector<int32_t> perm;    // PermuteColumns
 };
 
 namespace {
@@ -523,6 +524,27 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
       RETURN_IF_ERROR(matrix(st->n, st->k));
       return weight(1, {st->n}, &st->bias, /*optional=*/true);
     }
+    case fb::OpKind::PermuteColumns: {
+      RETURN_IF_ERROR(arity(1, 1));
+      RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
+      RETURN_IF_ERROR(same_width(st->in[0], st->out[0]));
+      st->k = width(st->in[0]);
+      const fb::Param* perm = find_param(s, "perm");
+      if (!perm || !perm->ints() || static_cast<int64_t>(perm->ints()->size()) != st->k)
+        return invalid_argument(where + ": param 'perm' must list one input column per output column (" +
+                                str(st->k) + ")");
+      std::vector<bool> seen(static_cast<size_t>(st->k), false);
+      st->perm.resize(static_cast<size_t>(st->k));
+      for (int64_t j = 0; j < st->k; ++j) {
+        const int64_t p = perm->ints()->Get(static_cast<flatbuffers::uoffset_t>(j));
+        if (p < 0 || p >= st->k || seen[static_cast<size_t>(p)])
+          return invalid_argument(where + ": param 'perm' is not a permutation of 0.." + str(st->k - 1) +
+                                  " (entry " + str(j) + " = " + str(p) + ")");
+        seen[static_cast<size_t>(p)] = true;
+        st->perm[static_cast<size_t>(j)] = static_cast<int32_t>(p);
+      }
+      return ok_status();
+    }
     case fb::OpKind::Split: {
       if (st->in.size() != 1 || st->out.empty())
         return invalid_argument(where + ": expected 1 input and at least 1 output");
@@ -797,6 +819,7 @@ void CpuExecutor::set_profiler(Profiler* profiler) {
         break;
       case fb::OpKind::AddRmsNorm:
       case fb::OpKind::Add:
+      case fb::OpKind::PermuteColumns:
         detail = str(st.k);
         break;
       default:
@@ -861,6 +884,9 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
                         static_cast<cpu::CpuContract>(contract_), *quant_scratch_, pool);
         else
           cpu::linear(P(st.in[0]), nullptr, T, st.k, st.w, st.n, st.bias, P(st.out[0]), pool);
+        break;
+      case fb::OpKind::PermuteColumns:
+        cpu::permute_columns(P(st.in[0]), T, st.k, st.perm.data(), P(st.out[0]), pool);
         break;
       case fb::OpKind::Split: {
         float* outs[64];

@@ -26,7 +26,7 @@ EXPECTED = {"gptq_4bit_sym", "gptq_4bit_asym", "gptq_8bit_sym", "gptq_4bit_desc_
             "awq_4bit_gemm"}
 # The checkpoint's own formats, kept without requantization (none for desc_act: permuted groups).
 NATIVE_FORMAT = {"gptq_4bit_sym": "int4-g32-f16-sym", "gptq_4bit_asym": "int4-g32-f16-zp",
-                 "gptq_8bit_sym": "int8-g32-f16-sym", "gptq_4bit_desc_act": None,
+                 "gptq_8bit_sym": "int8-g32-f16-sym", "gptq_4bit_desc_act": "int4-g32-f16-sym",
                  "awq_4bit_gemm": "int4-g32-f16-zp"}
 REL_TOL = 1e-4
 # int8 activations: 1.2e-2 .. 1.9e-2 of max|logit| measured on these fixtures (the packers' own
@@ -75,10 +75,15 @@ def test_plan_keeps_checkpoint_format(name, llmc, compile_plan):
     by_dtype = info["tensors"]["bytes_by_dtype"]
     want = NATIVE_FORMAT[name]
     quantized = sorted(k for k in by_dtype if k.startswith("int"))
-    if want is None:
-        assert quantized == [], f"{name}: desc_act weights should be f32, got {by_dtype}"
+    assert quantized == [want], f"{name}: expected {want} weights, got {by_dtype}"
+    ops = info["program"]["ops"]
+    if name == "gptq_4bit_desc_act":
+        # Columns regrouped by g_idx, inputs gathered by PermuteColumns; q/k/v and gate/up share
+        # their permutation (same input statistics), so fusion still gives 4 linears per layer.
+        assert ops.get("PermuteColumns", 0) > 0, ops
+        assert ops["Linear"] == 4 * info["model"]["num_layers"], ops
     else:
-        assert quantized == [want], f"{name}: expected {want} weights, got {by_dtype}"
+        assert "PermuteColumns" not in ops, ops
 
 
 @pytest.mark.parametrize("contract", ["reference", "fast"])

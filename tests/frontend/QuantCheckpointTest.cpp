@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -41,7 +42,7 @@ const FixtureCase kCases[] = {
     {"gptq_4bit_sym", "int4-g32-f16-sym"},
     {"gptq_4bit_asym", "int4-g32-f16-zp"},
     {"gptq_8bit_sym", "int8-g32-f16-sym"},
-    {"gptq_4bit_desc_act", ""},
+    {"gptq_4bit_desc_act", "int4-g32-f16-sym"},  // columns reordered by group
     {"awq_4bit_gemm", "int4-g32-f16-zp"},
 };
 
@@ -77,6 +78,21 @@ TEST_P(QuantFixture, MatchesPackerDequantAndRepacksExactly) {
 
       std::vector<float> w(n * k);
       ASSERT_TRUE(src.readF32(name, w.data()).ok());
+      // desc_act: column j holds input perm[j] (a permutation); otherwise inputs in order.
+      std::vector<int64_t> perm(k);
+      for (int64_t j = 0; j < k; ++j)
+        perm[j] = j;
+      if (auto p = src.inputPermutation(name)) {
+        EXPECT_EQ(std::string(c.name), "gptq_4bit_desc_act");
+        ASSERT_EQ(static_cast<int64_t>(p->size()), k);
+        std::vector<int64_t> sorted = *p;
+        std::sort(sorted.begin(), sorted.end());
+        ASSERT_EQ(sorted, perm) << "not a permutation";
+        EXPECT_NE(*p, perm) << "identity permutation reported";
+        perm = *p;
+      } else {
+        EXPECT_NE(std::string(c.name), "gptq_4bit_desc_act");
+      }
 
       // Rows 0..7 and n-8..n-1 of the packer's dequantization.
       const SafetensorsTensor *ref = (*dequant)->find(name);
@@ -87,7 +103,10 @@ TEST_P(QuantFixture, MatchesPackerDequantAndRepacksExactly) {
       std::memcpy(refRows.data(), (*dequant)->tensorData(*ref), refRows.size() * 4);
       for (int64_t r = 0; r < 16; ++r) {
         int64_t row = r < 8 ? r : n - 16 + r;
-        EXPECT_TRUE(sameBits(&w[row * k], &refRows[r * k], k))
+        std::vector<float> want(k);
+        for (int64_t j = 0; j < k; ++j)
+          want[j] = refRows[r * k + perm[j]];
+        EXPECT_TRUE(sameBits(&w[row * k], want.data(), k))
             << "row " << row << " differs from the packer's dequantization";
       }
 
@@ -131,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantFixture, ::testing::ValuesIn(kCases),
                          [](const auto &info) { return std::string(info.param.name); });
 
 TEST(QuantFixtures, DescActFixtureHasPermutedGroups) {
-  // desc_act is only a test of the fallback when g_idx really is permuted.
+  // desc_act is only a test of the column reordering when g_idx really is permuted.
   auto file = SafetensorsFile::open(kFixtures + "/gptq_4bit_desc_act/model.safetensors");
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   const SafetensorsTensor *g = (*file)->find("model.layers.0.mlp.down_proj.g_idx");
@@ -446,27 +465,66 @@ TEST(QuantSynthetic, Int32TensorsNeedAQuantizationConfig) {
   EXPECT_NE(source.status().message().find("has dtype I32"), std::string::npos);
 }
 
-TEST(QuantSynthetic, DescActPermutedGroupsHaveNoNativeFormat) {
+TEST(QuantSynthetic, DescActPermutedGroupsAreReorderedByGroup) {
   GptqLinear lin;
-  SafetensorsBuilder b;
-  // Same codes, but g_idx alternates groups: valid, not contiguous.
+  // Same codes, but g_idx alternates groups: valid, not contiguous, 32 inputs per group.
   std::vector<uint32_t> qweight(lin.in / 8 * lin.out, 0);
-  std::vector<uint32_t> gIdx;
   for (int64_t i = 0; i < lin.in; ++i)
-    gIdx.push_back(static_cast<uint32_t>(i % 2));
-  b.add("lin.qweight", "I32", {lin.in / 8, lin.out}, i32Bytes(qweight));
-  b.add("lin.qzeros", "I32", {2, 1}, i32Bytes({0x77777777u, 0x77777777u}));
-  b.add("lin.scales", "F16", {2, lin.out}, f16Bytes(std::vector<float>(16, 2.0f)));
-  b.add("lin.g_idx", "I32", {lin.in}, i32Bytes(gIdx));
-  QuantConfig cfg = gptqConfig(4, 32, true, true);
-  cfg.descAct = true;
-  Synthetic syn;
-  auto src = syn.open(b, cfg);
+    for (int64_t o = 0; o < lin.out; ++o)
+      qweight[(i / 8) * lin.out + o] |= GptqLinear::q(i, o) << (4 * (i % 8));
+  auto open = [&](const std::vector<uint32_t> &gIdx) {
+    SafetensorsBuilder b;
+    b.add("lin.qweight", "I32", {lin.in / 8, lin.out}, i32Bytes(qweight));
+    b.add("lin.qzeros", "I32", {2, 1}, i32Bytes({0x77777777u, 0x77777777u}));
+    std::vector<float> scales;
+    for (int64_t g = 0; g < 2; ++g)
+      for (int64_t o = 0; o < lin.out; ++o)
+        scales.push_back(GptqLinear::s(g, o));
+    b.add("lin.scales", "F16", {2, lin.out}, f16Bytes(scales));
+    b.add("lin.g_idx", "I32", {lin.in}, i32Bytes(gIdx));
+    QuantConfig cfg = gptqConfig(4, 32, true, true);
+    cfg.descAct = true;
+    auto syn = std::make_unique<Synthetic>();
+    auto src = syn->open(b, cfg);
+    return std::make_pair(std::move(syn), std::move(src));
+  };
+  std::vector<uint32_t> alternating;
+  for (int64_t i = 0; i < lin.in; ++i)
+    alternating.push_back(static_cast<uint32_t>(i % 2));
+  auto [syn, src] = open(alternating);
   ASSERT_TRUE(src.ok()) << src.status().to_string();
-  EXPECT_FALSE((*src)->nativeFormat("lin.weight").has_value());
-  std::vector<float> w(lin.out * lin.in);
+  auto format = (*src)->nativeFormat("lin.weight");
+  ASSERT_TRUE(format.has_value());
+  EXPECT_EQ(quant::format_name(*format), "int4-g32-f16-sym");
+  auto perm = (*src)->inputPermutation("lin.weight");
+  ASSERT_TRUE(perm.has_value());
+  for (int64_t j = 0; j < lin.in; ++j)  // group 0 (even inputs) first, each group in input order
+    EXPECT_EQ((*perm)[j], j < 32 ? 2 * j : 2 * (j - 32) + 1) << j;
+  // readF32 column j = input perm[j]; the packed rows hold the same values.
+  std::vector<float> w(lin.out * lin.in), row(lin.in);
   ASSERT_TRUE((*src)->readF32("lin.weight", w.data()).ok());
-  EXPECT_EQ(w[3], 2.0f * (0.0f - 8.0f));
+  std::vector<uint8_t> packed(lin.out * *quant::row_bytes(*format, lin.in));
+  ASSERT_TRUE((*src)->readPacked("lin.weight", packed.data()).ok());
+  for (int64_t o = 0; o < lin.out; ++o) {
+    quant::dequantize_row(*format, &packed[o * (packed.size() / lin.out)], lin.in, row.data());
+    for (int64_t j = 0; j < lin.in; ++j) {
+      const int64_t i = (*perm)[j];
+      const float want = GptqLinear::s(i % 2, o) * (static_cast<float>(GptqLinear::q(i, o)) - 8.0f);
+      ASSERT_EQ(w[o * lin.in + j], want) << o << " " << j;
+      ASSERT_EQ(row[j], want) << o << " " << j;
+    }
+  }
+
+  // Uneven groups (33 + 31 inputs) cannot be regrouped: exact f32, inputs in order.
+  std::vector<uint32_t> uneven(lin.in, 1);
+  for (int64_t i = 0; i < 33; ++i)
+    uneven[2 * i < lin.in ? 2 * i : 2 * (i - 32) + 1] = 0;
+  auto [syn2, src2] = open(uneven);
+  ASSERT_TRUE(src2.ok()) << src2.status().to_string();
+  EXPECT_FALSE((*src2)->nativeFormat("lin.weight").has_value());
+  EXPECT_FALSE((*src2)->inputPermutation("lin.weight").has_value());
+  ASSERT_TRUE((*src2)->readF32("lin.weight", w.data()).ok());
+  EXPECT_EQ(w[3], GptqLinear::s(1, 0) * (static_cast<float>(GptqLinear::q(3, 0)) - 8.0f));
 }
 
 // ---------------------------------------------------------------------------

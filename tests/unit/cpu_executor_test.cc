@@ -429,6 +429,56 @@ TEST(CpuExecutor, BadPlansAreErrors) {
   EXPECT_FALSE(create_from(good, neg).ok());
 }
 
+// GPTQ desc_act: a linear whose weight columns are permuted reads x[:, perm] (PermuteColumns).
+// Permuting every linear's weight and gathering its input the same way must give the model's
+// logits; a perm that is not a permutation is refused at load.
+TEST(CpuExecutor, PermuteColumnsFeedsLinearsWithPermutedWeights) {
+  TinyPlanConfig cfg;
+  TinyPlanSpec s = testing::make_tiny_plan(cfg);
+  const auto toks = random_tokens(9, cfg.vocab, 5);
+  const auto want = testing::reference_logits(s, toks);
+  std::mt19937 rng(11);
+  int permuted = 0;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    if (s.steps[i].op != fb::OpKind::Linear) continue;
+    const int in = s.steps[i].inputs[0];
+    const int64_t k = s.values[in].width;
+    std::vector<int64_t> perm(k);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    testing::TinyTensor& w = s.tensors[s.steps[i].weights[0]];
+    const std::vector<float> orig = w.data;
+    for (int64_t o = 0; o < w.shape[0]; ++o)
+      for (int64_t j = 0; j < k; ++j) w.data[o * k + j] = orig[o * k + perm[j]];
+    s.values.push_back({"permuted_" + std::to_string(i), fb::RowKind::Tokens, k, fb::DType::F32, 0});
+    const int xp = static_cast<int>(s.values.size()) - 1;
+    testing::TinyParam p;
+    p.key = "perm";
+    p.ints = perm;
+    s.steps[i].inputs[0] = xp;
+    s.steps.insert(s.steps.begin() + static_cast<std::ptrdiff_t>(i),
+                   testing::TinyStep{fb::OpKind::PermuteColumns, {in}, {xp}, {}, {p}, "perm"});
+    ++i;
+    ++permuted;
+  }
+  ASSERT_EQ(permuted, 7 * cfg.layers);
+  testing::plan_tiny_memory(&s, true);
+  auto plan = testing::open_tiny_plan(s);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  Harness h = harness(**plan, 2);
+  expect_close(h.step({{1, toks}})[0], want, 2e-4, "permuted linears");
+
+  const int step = find_step(s, fb::OpKind::PermuteColumns);
+  TinyPlanSpec repeat = s;
+  repeat.steps[step].params[0].ints[1] = repeat.steps[step].params[0].ints[0];
+  EXPECT_NE(create_from(repeat).message().find("is not a permutation"), std::string::npos)
+      << create_from(repeat).to_string();
+  TinyPlanSpec shorter = s;
+  shorter.steps[step].params[0].ints.pop_back();
+  EXPECT_NE(create_from(shorter).message().find("one input column per output column"), std::string::npos)
+      << create_from(shorter).to_string();
+}
+
 // Random single-field corruptions: create() must refuse them or produce an executor that runs a
 // valid batch without touching memory it does not own (run under ASan to make this bite).
 TEST(CpuExecutor, RandomCorruptionsNeverCrash) {

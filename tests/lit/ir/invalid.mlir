@@ -517,3 +517,35 @@ func.func @logits_vocab(%x: tensor<?x64xf32>, %b: !llm.batch) {
   %l = llm.logits %x, %w, %b : (tensor<?x64xf32>, tensor<256x64xf32>, !llm.batch) -> tensor<?x128xf32>
   return
 }
+
+// -----
+
+func.func @permute_columns_width(%x: tensor<?x4xf32>) {
+  // expected-error @+1 {{perm has 3 entries but x has width 4}}
+  %y = llm.permute_columns %x perm [0, 2, 1] : tensor<?x4xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @permute_columns_repeat(%x: tensor<?x4xf32>) {
+  // expected-error @+1 {{perm[2] = 1 repeats an earlier entry}}
+  %y = llm.permute_columns %x perm [0, 1, 1, 3] : tensor<?x4xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @permute_columns_range(%x: tensor<?x4xf32>) {
+  // expected-error @+1 {{perm[3] = 4 is outside [0, 4)}}
+  %y = llm.permute_columns %x perm [0, 1, 2, 4] : tensor<?x4xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @permute_columns_result(%x: tensor<?x4xf32>) {
+  // expected-error @+1 {{result width 8 must equal x's width 4}}
+  %y = llm.permute_columns %x perm [0, 1, 2, 3] : tensor<?x4xf32> -> tensor<?x8xf32>
+  return
+}

@@ -31,6 +31,8 @@ func.func @every_op(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
   %bqkv = llm.weight_concat %bq, %bk, %bv : (tensor<64xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<128xf32>
   // CHECK: %[[QKV:.*]] = llm.linear %{{.*}}, %[[WQKV]], %[[BQKV]] : (tensor<?x64xf32>, tensor<128x64xf32>, tensor<128xf32>) -> tensor<?x128xf32>
   %qkv = llm.linear %h, %wqkv, %bqkv : (tensor<?x64xf32>, tensor<128x64xf32>, tensor<128xf32>) -> tensor<?x128xf32>
+  // CHECK: llm.permute_columns %{{.*}} perm [1, 0, 3, 2, 4, 5, 6, 7{{.*}}] : tensor<?x64xf32> -> tensor<?x64xf32>
+  %hp = llm.permute_columns %h perm [1, 0, 3, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63] : tensor<?x64xf32> -> tensor<?x64xf32>
   // CHECK: %[[Q:.*]]:3 = llm.split %[[QKV]] sizes [64, 32, 32] : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
   %q, %k, %v = llm.split %qkv sizes [64, 32, 32] : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
   %qn = llm.weight "q_norm" : tensor<16xf32>
