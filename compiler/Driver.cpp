@@ -11,6 +11,7 @@
 
 #include "compiler/Importer.h"
 #include "compiler/PlanWriter.h"
+#include "compiler/frontend/HfModel.h"
 #include "compiler/frontend/Model.h"
 #include "compiler/tokenizer/HfTokenizer.h"
 #include "runtime/chat/chat_template.h"
@@ -107,12 +108,13 @@ llmrt::StatusOr<std::string> expandQuantizeSpec(const std::string &spec) {
 
 llmrt::Status compile(const CompileOptions &opts) {
   auto start = std::chrono::steady_clock::now();
-  llmrt::StatusOr<LoadedModel> loaded = loadModel(opts.modelPath);
+  llmrt::StatusOr<LoadedModel> loaded =
+      opts.syntheticSeed ? loadSyntheticModel(opts.modelPath) : loadModel(opts.modelPath);
   if (!loaded.ok())
     return loaded.status();
   LoadedModel &model = loaded.value();
-  if (model.sourceKind == "hf" && !model.tokenizer) {
-    fs::path tj = fs::path(opts.modelPath) / "tokenizer.json";
+  if ((model.sourceKind == "hf" || model.sourceKind == "synthetic") && !model.tokenizer) {
+    fs::path tj = fs::path(model.path) / "tokenizer.json";
     if (fs::exists(tj)) {
       ASSIGN_OR_RETURN(llmrt::TokenizerData tok, loadHfTokenizer(tj.string()));
       model.tokenizer = std::move(tok);
@@ -208,6 +210,7 @@ llmrt::Status compile(const CompileOptions &opts) {
   wopts.maxTokensPerStep = opts.maxTokensPerStep;
   wopts.maxSeqsPerStep = opts.maxSeqsPerStep;
   wopts.cpuKernels = opts.cpuKernels;
+  wopts.syntheticSeed = opts.syntheticSeed;
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;
@@ -219,11 +222,12 @@ llmrt::Status compile(const CompileOptions &opts) {
     getrusage(RUSAGE_SELF, &ru);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr,
-                 "llmc: wrote %s: %s (%s), %zu tensors, %.1f MiB weights, %zu steps, %zu "
+                 "llmc: wrote %s: %s (%s), %zu tensors, %.1f MiB weights%s, %zu steps, %zu "
                  "kernels, %zu targets; %.2f s, peak RSS %.1f MiB\n",
                  opts.outputPath.c_str(), model.config.name.c_str(),
                  model.config.architecture.c_str(), stats->tensors,
-                 stats->weightBytes / 1048576.0, stats->steps, stats->kernels,
+                 stats->weightBytes / 1048576.0,
+                 opts.syntheticSeed ? " (synthetic: generated at load)" : "", stats->steps, stats->kernels,
                  opts.targets.size(), secs, ru.ru_maxrss / 1024.0);
   }
   return llmrt::ok_status();

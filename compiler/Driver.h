@@ -1,6 +1,7 @@
 //===- Driver.h - llmc compile / inspect ------------------------*- C++ -*-===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct CompileOptions {
   std::string weightLayout = "interleaved8";  // --weight-layout
   std::string cpuKernels = "fast";    ///< reference | fast
   std::string kvCacheDtype = "f32";   ///< f32 | int8
+  /// --synthetic-weights SEED: modelPath is a config.json (or its folder); the plan holds no
+  /// weights and the runtime generates them (runtime/plan/synthetic_weights.h).
+  std::optional<uint64_t> syntheticSeed;
 };
 
 /// `--quantize` shorthand to a format name: "int8" (int8-g32-f16-sym, like

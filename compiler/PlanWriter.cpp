@@ -427,6 +427,8 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
                                        "weights_f32"};
   if (anyQuant)
     features.push_back("weights_quant_v1");
+  if (opts.syntheticSeed)
+    features.push_back("synthetic_weights");
   auto featuresOff = fbb.CreateVectorOfStrings(features);
   auto tensorsOff = fbb.CreateVector(tensorOffsets);
   std::vector<flatbuffers::Offset<fb::Program>> programs = {program};
@@ -450,14 +452,20 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   pb.add_kernels(kernelsOff);
   pb.add_weights_size(weightsSize);
   pb.add_cpu_kernels(cpuKernelsOff);
+  if (opts.syntheticSeed) {
+    pb.add_synthetic_weights(true);
+    pb.add_synthetic_seed(*opts.syntheticSeed);
+  }
   fb::FinishPlanBuffer(fbb, pb.Finish());
 
+  // Synthetic weights: the file holds no weight bytes (runtime/plan/synthetic_weights.h).
+  const uint64_t fileWeights = opts.syntheticSeed ? 0 : weightsSize;
   ASSIGN_OR_RETURN(std::unique_ptr<llmrt::PlanFileWriter> writer,
-                   llmrt::PlanFileWriter::create(path, fbb.GetBufferPointer(), fbb.GetSize(), weightsSize));
+                   llmrt::PlanFileWriter::create(path, fbb.GetBufferPointer(), fbb.GetSize(), fileWeights));
   // Stream weights: one tensor at a time, never the whole model in memory.
   std::vector<float> buffer;
   std::vector<uint8_t> packed, tiled;
-  for (const PlanTensor &t : tensors) {
+  for (const PlanTensor &t : opts.syntheticSeed ? std::vector<PlanTensor>{} : tensors) {
     RETURN_IF_ERROR(writer->pad_to(t.offset));
     packed.clear();
     for (const std::string &part : t.parts) {

@@ -1,6 +1,7 @@
 //===- PlanWriter.h - `llm` IR → plan file ----------------------*- C++ -*-===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct PlanWriterOptions {
   int64_t maxSeqsPerStep = 256;
   int64_t maxModelLen = 0;              ///< 0: the model's context
   std::string cpuKernels = "fast";      ///< contract of quantized CPU kernels
+  /// --synthetic-weights: no weight bytes; the runtime generates them from this seed.
+  std::optional<uint64_t> syntheticSeed;
 };
 
 /// Statistics of a written plan, for the driver to print.

@@ -122,7 +122,14 @@ int main(int argc, char **argv) {
   llmc::CompileOptions copts;
   std::string targets = "default";
   auto *compile = app.add_subcommand("compile", "compile a model folder or .gguf into plan.fb");
-  compile->add_option("model", copts.modelPath, "Hugging Face folder or .gguf file")->required();
+  compile->add_option("model", copts.modelPath,
+                      "Hugging Face folder or .gguf file (with --synthetic-weights: a config.json or its folder)")
+      ->required();
+  uint64_t syntheticSeed = 0;
+  CLI::Option *synthetic = compile->add_option(
+      "--synthetic-weights", syntheticSeed,
+      "build the plan from the config alone: no weights in the file, llmrt generates them at load "
+      "from this seed (for benchmarks of big shapes; outputs are meaningless)");
   compile->add_option("-o,--output", copts.outputPath, "plan file to write")->required();
   compile->add_option("--dump-ir", copts.dumpIrDir, "write the IR after import and after each pass here");
   compile->add_option("--disable-pass", copts.disabledPasses, "skip a pass (repeatable): pack-weights, fuse-qkv, fuse-gate-up, fuse-add-rmsnorm, kv-cache-layout, plan-memory");
@@ -198,6 +205,8 @@ int main(int argc, char **argv) {
   if (*compile) {
     for (int i = 0; i < argc; ++i)
       copts.commandLine.push_back(argv[i]);
+    if (*synthetic)
+      copts.syntheticSeed = syntheticSeed;
     if (targets == "default")
       copts.targets = llmc::nvrtcAvailable() ? llmc::defaultTargets() : std::vector<std::string>{};
     else if (targets != "none")

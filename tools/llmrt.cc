@@ -125,6 +125,9 @@ int main(int argc, char** argv) {
   const llmrt::Plan& plan = **plan_or;
   if (verify)
     if (auto s = plan.verify_weights_hash(); !s.ok()) return fail(s);
+  if (plan.synthetic_weights())
+    std::fprintf(stderr, "llmrt: note: the plan's weights are synthetic (seed %llu): outputs are meaningless\n",
+                 static_cast<unsigned long long>(plan.fb().synthetic_seed()));
 
   std::unique_ptr<llmrt::Tokenizer> tokenizer;
   if (plan.fb().tokenizer()) {

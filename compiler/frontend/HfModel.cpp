@@ -466,4 +466,62 @@ StatusOr<LoadedModel> loadHfModel(const std::string &dirIn) {
   return model;
 }
 
+namespace {
+
+// Shapes only: the plan writer never reads synthetic weights.
+class SyntheticSource : public TensorSource {
+public:
+  explicit SyntheticSource(std::vector<SourceTensor> t) : tensors_(std::move(t)) {}
+  const std::vector<SourceTensor> &tensors() const override { return tensors_; }
+  Status readF32(std::string_view name, float *) const override {
+    return llmrt::unimplemented("tensor '" + std::string(name) +
+                                "' is synthetic: it has no data to read");
+  }
+
+private:
+  std::vector<SourceTensor> tensors_;
+};
+
+} // namespace
+
+StatusOr<LoadedModel> loadSyntheticModel(const std::string &pathIn) {
+  std::string path = pathIn;
+  while (path.size() > 1 && path.back() == '/')
+    path.pop_back();
+  std::string dir, configPath;
+  if (isFile(path)) {
+    configPath = path;
+    size_t slash = path.rfind('/');
+    dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  } else {
+    dir = path;
+    configPath = dir + "/config.json";
+    if (!isFile(configPath))
+      return llmrt::not_found(pathIn + ": no such config.json (--synthetic-weights takes a "
+                                       "Hugging Face config.json or its folder)");
+  }
+  LoadedModel model;
+  model.sourceKind = "synthetic";
+  model.path = dir;
+  ASSIGN_OR_RETURN(std::string configText, readTextFile(configPath));
+  ASSIGN_OR_RETURN(model.config, parseHfConfig(configText, configPath));
+  ASSIGN_OR_RETURN(std::optional<QuantConfig> quant, parseQuantConfig(configText, configPath));
+  if (quant)
+    return invalid_argument(configPath + ": has a quantization_config; synthetic weights start "
+                                         "from float weights (use --quantize for a quantized plan)");
+  if (model.config.name.empty())
+    model.config.name = "synthetic";
+  model.generation.eosIds = model.config.eosIds;
+  const std::string genPath = dir + "/generation_config.json";
+  if (isFile(genPath)) {
+    ASSIGN_OR_RETURN(std::string genText, readTextFile(genPath));
+    ASSIGN_OR_RETURN(model.generation, parseGenerationConfig(genText, genPath));
+    if (model.generation.eosIds.empty())
+      model.generation.eosIds = model.config.eosIds;
+  }
+  model.tensors = std::make_unique<SyntheticSource>(expectedTensors(model.config));
+  RETURN_IF_ERROR(validateModelTensors(model.config, *model.tensors));
+  return model;
+}
+
 } // namespace llmc

@@ -81,45 +81,51 @@ Status checkConfigBounds(const ModelConfig &c) {
   return llmrt::ok_status();
 }
 
-Status validateModelTensors(const ModelConfig &c, const TensorSource &source) {
-  RETURN_IF_ERROR(checkConfigBounds(c));
-  auto expect = [&](const std::string &name,
-                    std::vector<int64_t> shape) -> Status {
-    const SourceTensor *t = source.find(name);
-    if (!t)
-      return llmrt::not_found("missing tensor '" + name + "'");
-    if (t->shape != shape)
-      return invalid_argument("tensor '" + name + "' has shape " +
-                              shapeString(t->shape) + ", the config implies " +
-                              shapeString(shape));
-    return llmrt::ok_status();
+std::vector<SourceTensor> expectedTensors(const ModelConfig &c) {
+  std::vector<SourceTensor> out;
+  auto expect = [&](const std::string &name, std::vector<int64_t> shape) {
+    out.push_back(SourceTensor{name, SourceDType::F32, std::move(shape)});
   };
   const int64_t d = c.hiddenSize, q = c.numHeads * c.headDim,
                 kv = c.numKvHeads * c.headDim, inter = c.intermediateSize;
-  RETURN_IF_ERROR(expect("model.embed_tokens.weight", {c.vocabSize, d}));
-  RETURN_IF_ERROR(expect("model.norm.weight", {d}));
+  expect("model.embed_tokens.weight", {c.vocabSize, d});
+  expect("model.norm.weight", {d});
   if (!c.tieWordEmbeddings)
-    RETURN_IF_ERROR(expect("lm_head.weight", {c.vocabSize, d}));
+    expect("lm_head.weight", {c.vocabSize, d});
   for (int64_t l = 0; l < c.numLayers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
-    RETURN_IF_ERROR(expect(p + "input_layernorm.weight", {d}));
-    RETURN_IF_ERROR(expect(p + "post_attention_layernorm.weight", {d}));
-    RETURN_IF_ERROR(expect(p + "self_attn.q_proj.weight", {q, d}));
-    RETURN_IF_ERROR(expect(p + "self_attn.k_proj.weight", {kv, d}));
-    RETURN_IF_ERROR(expect(p + "self_attn.v_proj.weight", {kv, d}));
-    RETURN_IF_ERROR(expect(p + "self_attn.o_proj.weight", {d, q}));
+    expect(p + "input_layernorm.weight", {d});
+    expect(p + "post_attention_layernorm.weight", {d});
+    expect(p + "self_attn.q_proj.weight", {q, d});
+    expect(p + "self_attn.k_proj.weight", {kv, d});
+    expect(p + "self_attn.v_proj.weight", {kv, d});
+    expect(p + "self_attn.o_proj.weight", {d, q});
     if (c.attentionBias) {
-      RETURN_IF_ERROR(expect(p + "self_attn.q_proj.bias", {q}));
-      RETURN_IF_ERROR(expect(p + "self_attn.k_proj.bias", {kv}));
-      RETURN_IF_ERROR(expect(p + "self_attn.v_proj.bias", {kv}));
+      expect(p + "self_attn.q_proj.bias", {q});
+      expect(p + "self_attn.k_proj.bias", {kv});
+      expect(p + "self_attn.v_proj.bias", {kv});
     }
     if (c.qkNorm) {
-      RETURN_IF_ERROR(expect(p + "self_attn.q_norm.weight", {c.headDim}));
-      RETURN_IF_ERROR(expect(p + "self_attn.k_norm.weight", {c.headDim}));
+      expect(p + "self_attn.q_norm.weight", {c.headDim});
+      expect(p + "self_attn.k_norm.weight", {c.headDim});
     }
-    RETURN_IF_ERROR(expect(p + "mlp.gate_proj.weight", {inter, d}));
-    RETURN_IF_ERROR(expect(p + "mlp.up_proj.weight", {inter, d}));
-    RETURN_IF_ERROR(expect(p + "mlp.down_proj.weight", {d, inter}));
+    expect(p + "mlp.gate_proj.weight", {inter, d});
+    expect(p + "mlp.up_proj.weight", {inter, d});
+    expect(p + "mlp.down_proj.weight", {d, inter});
+  }
+  return out;
+}
+
+Status validateModelTensors(const ModelConfig &c, const TensorSource &source) {
+  RETURN_IF_ERROR(checkConfigBounds(c));
+  for (const SourceTensor &want : expectedTensors(c)) {
+    const SourceTensor *t = source.find(want.name);
+    if (!t)
+      return llmrt::not_found("missing tensor '" + want.name + "'");
+    if (t->shape != want.shape)
+      return invalid_argument("tensor '" + want.name + "' has shape " +
+                              shapeString(t->shape) + ", the config implies " +
+                              shapeString(want.shape));
   }
   return llmrt::ok_status();
 }

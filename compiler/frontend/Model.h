@@ -140,6 +140,9 @@ llmrt::Status checkConfigBounds(const ModelConfig &config);
 /// requires, with the shape it requires (embedding, per-layer attention/MLP/
 /// norm weights, biases when attentionBias, q/k norms when qkNorm, lm_head
 /// unless tied).
+/// The tensors (Hugging Face names and shapes, as f32) a config implies.
+std::vector<SourceTensor> expectedTensors(const ModelConfig &config);
+
 llmrt::Status validateModelTensors(const ModelConfig &config,
                                    const TensorSource &source);
 

@@ -1,4 +1,6 @@
 #include "runtime/plan/plan_file.h"
+
+#include "runtime/plan/synthetic_weights.h"
 #include "runtime/quant/quant_format.h"
 
 #include <fcntl.h>
@@ -7,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -18,7 +21,8 @@
 namespace llmrt {
 namespace {
 
-const char* const kFeatures[] = {"forward_v1", "kv_f32", "weights_f32", "weights_quant_v1", "kv_i8"};
+const char* const kFeatures[] = {"forward_v1", "kv_f32", "weights_f32", "weights_quant_v1", "kv_i8",
+                                 "synthetic_weights"};
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -180,24 +184,26 @@ StatusOr<std::unique_ptr<Plan>> Plan::open(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
   const uint8_t* data = file->data();
   size_t size = file->size();
-  auto plan = from_memory(std::move(file), nullptr, data, size);
+  auto plan = from_memory(std::move(file), nullptr, UINT64_MAX, data, size);
   if (!plan.ok()) return plan.status().with_context("plan '" + path + "'");
   return plan;
 }
 
-StatusOr<std::unique_ptr<Plan>> Plan::from_bytes(const uint8_t* data, size_t size) {
+StatusOr<std::unique_ptr<Plan>> Plan::from_bytes(const uint8_t* data, size_t size,
+                                                 uint64_t max_synthetic_bytes) {
   // Copy into 64-byte aligned storage so FlatBuffers' alignment checks hold.
   const size_t rounded = (size + 63) / 64 * 64 + 64;
   OwnedBytes owned(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
   if (!owned) return resource_exhausted("cannot allocate " + std::to_string(size) + " bytes for a plan");
   if (size) std::memcpy(owned.get(), data, size);
   const uint8_t* p = owned.get();
-  return from_memory(nullptr, std::move(owned), p, size);
+  return from_memory(nullptr, std::move(owned), max_synthetic_bytes, p, size);
 }
 
 void Plan::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> file, OwnedBytes owned,
+                                                  uint64_t max_synthetic_bytes,
                                                   const uint8_t* data, size_t size) {
   if (size < sizeof(PlanFileHeader))
     return invalid_argument("file is too small to be a plan (" + std::to_string(size) + " bytes)");
@@ -238,13 +244,38 @@ StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> fi
       if (!known.count(f->str()))
         return unimplemented("plan requires feature '" + f->str() + "' which this runtime lacks");
   }
-  RETURN_IF_ERROR(check_semantics(*root, h.weights_size));
+  // Synthetic weights: no bytes in the file (header size 0); generated here, the plan's size.
+  const bool synthetic = root->synthetic_weights();
+  if (synthetic && h.weights_size != 0)
+    return invalid_argument("plan with synthetic weights has a weight section in the file");
+  const uint64_t weights_size = synthetic ? root->weights_size() : h.weights_size;
+  if (synthetic) {
+    const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+    const uint64_t cap = std::min(phys, max_synthetic_bytes);
+    if (weights_size > cap)
+      return resource_exhausted("plan with synthetic weights needs " + std::to_string(weights_size) +
+                                " bytes of weights, more than " +
+                                (cap == phys ? "this machine's memory (" : "the limit (") +
+                                std::to_string(cap) + " bytes)");
+  }
+  RETURN_IF_ERROR(check_semantics(*root, weights_size));
   std::unique_ptr<Plan> plan(new Plan());
   plan->file_ = std::move(file);
   plan->owned_ = std::move(owned);
   plan->header_ = h;
   plan->fb_ = root;
   plan->weights_ = data + h.weights_offset;
+  if (synthetic) {
+    const uint64_t bytes = std::max<uint64_t>(kWeightAlignment, (weights_size + kWeightAlignment - 1) /
+                                                                    kWeightAlignment * kWeightAlignment);
+    plan->synthetic_.reset(static_cast<uint8_t*>(std::aligned_alloc(kWeightAlignment, bytes)));
+    if (!plan->synthetic_)
+      return resource_exhausted("cannot allocate " + std::to_string(weights_size) +
+                                " bytes for the plan's synthetic weights");
+    RETURN_IF_ERROR(generate_synthetic_weights(*root, root->synthetic_seed(), plan->synthetic_.get(), weights_size));
+    plan->weights_ = plan->synthetic_.get();
+    plan->header_.weights_size = weights_size;
+  }
   return plan;
 }
 
@@ -260,6 +291,7 @@ int Plan::find_tensor(std::string_view name) const {
 }
 
 Status Plan::verify_weights_hash() const {
+  if (synthetic_weights()) return ok_status();  // generated at load: nothing stored to check
   uint64_t h = XXH3_64bits(weights_, header_.weights_size);
   if (h != header_.weights_hash)
     return invalid_argument("weight section hash mismatch: the plan's weights are corrupted");

@@ -62,13 +62,18 @@ class Plan {
   /// Maps `path`, verifies header, FlatBuffer, schema version, features and semantics.
   static StatusOr<std::unique_ptr<Plan>> open(const std::string& path);
   /// Same checks over bytes in memory (copied into aligned storage). For tests and fuzzing.
-  static StatusOr<std::unique_ptr<Plan>> from_bytes(const uint8_t* data, size_t size);
+  /// `max_synthetic_bytes` caps the weights a synthetic-weights plan may make it generate (the
+  /// fuzz target keeps it small); every plan is also capped by the machine's physical memory.
+  static StatusOr<std::unique_ptr<Plan>> from_bytes(const uint8_t* data, size_t size,
+                                                    uint64_t max_synthetic_bytes = UINT64_MAX);
   ~Plan();
 
   const fb::Plan& fb() const { return *fb_; }
   const PlanFileHeader& header() const { return header_; }
   const uint8_t* weights() const { return weights_; }
   uint64_t weights_size() const { return header_.weights_size; }
+  /// Whether the weights were generated at load (llmc --synthetic-weights): outputs are meaningless.
+  bool synthetic_weights() const { return fb_->synthetic_weights(); }
   /// Bytes of tensor `index` (already checked to lie inside the weight section).
   const uint8_t* tensor_data(int index) const;
   /// Index of the tensor called `name`, or -1.
@@ -85,9 +90,11 @@ class Plan {
   };
   using OwnedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
   static StatusOr<std::unique_ptr<Plan>> from_memory(std::unique_ptr<MappedFile> file, OwnedBytes owned,
+                                                     uint64_t max_synthetic_bytes,
                                                      const uint8_t* data, size_t size);
   std::unique_ptr<MappedFile> file_;
   OwnedBytes owned_;
+  OwnedBytes synthetic_;  // generated weights of a synthetic-weights plan
   PlanFileHeader header_{};
   const fb::Plan* fb_ = nullptr;
   const uint8_t* weights_ = nullptr;

@@ -127,6 +127,7 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
       total += t->size();
     }
   j["tensors"] = {{"count", count}, {"bytes", total}, {"bytes_by_dtype", by_dtype}};
+  if (p.synthetic_weights()) j["synthetic_weights"] = {{"seed", p.synthetic_seed()}};
   j["cpu_kernels"] = p.cpu_kernels() && p.cpu_kernels()->size() ? p.cpu_kernels()->str() : "reference";
   std::map<std::string, int> images_per_target;
   size_t kernels = p.kernels() ? p.kernels()->size() : 0;
@@ -201,6 +202,9 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
   }
   line("tensors      %zu, %s\n", count, human(total).c_str());
   for (auto& [dt, b] : by_dtype) line("             %-5s %s\n", dt.c_str(), human(b).c_str());
+  if (j.contains("synthetic_weights"))
+    line("             synthetic: generated at load from seed %llu (outputs are meaningless)\n",
+         static_cast<unsigned long long>(j["synthetic_weights"]["seed"].get<uint64_t>()));
   line("cpu kernels  %s (numerical contract of quantized weights)\n",
        j["cpu_kernels"].get<std::string>().c_str());
   if (j.contains("program")) {

@@ -7,7 +7,7 @@
 #include "runtime/plan/plan_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto plan = llmrt::Plan::from_bytes(data, size);
+  auto plan = llmrt::Plan::from_bytes(data, size, /*max_synthetic_bytes=*/uint64_t{64} << 20);
   if (!plan.ok()) return 0;
   (void)(*plan)->verify_weights_hash();
   llmrt::CpuExecutorOptions options;

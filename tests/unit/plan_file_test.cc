@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 
+#include "runtime/plan/synthetic_weights.h"
+#include "runtime/quant/quant_format.h"
 #include "tests/unit/tiny_plan.h"
 
 namespace llmrt {
@@ -193,6 +196,46 @@ TEST(PlanFile, NotAPlan) {
   auto missing = Plan::open("/nonexistent/dir/plan.fb");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/dir/plan.fb"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmrt
+
+namespace llmrt {
+namespace {
+
+// Generated weights depend on (seed, tensor, row) only: the same bytes for any thread count; a
+// quantized tensor's rows are valid rows of its format (finite scales, zero points in range).
+TEST(SyntheticWeights, SameBytesForAnyThreadCountAndValidRows) {
+  auto plan = Plan::open(std::string(LLMRT_TEST_SOURCE_DIR) + "/tests/fuzz/corpus/plan/micro_llama_int4.fb");
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const fb::Plan& p = (*plan)->fb();
+  const uint64_t size = p.weights_size();
+  std::vector<uint8_t> a(size, 0xAB), b(size, 0xCD), c(size, 0);
+  ASSERT_TRUE(generate_synthetic_weights(p, 42, a.data(), size, 1).ok());
+  ASSERT_TRUE(generate_synthetic_weights(p, 42, b.data(), size, 3).ok());
+  ASSERT_TRUE(generate_synthetic_weights(p, 43, c.data(), size, 2).ok());
+  int quantized = 0;
+  for (const fb::Tensor* t : *p.tensors()) {
+    const uint8_t* ta = a.data() + t->offset();
+    EXPECT_EQ(std::memcmp(ta, b.data() + t->offset(), t->size()), 0) << t->name()->str();
+    EXPECT_NE(std::memcmp(ta, c.data() + t->offset(), t->size()), 0) << t->name()->str() << ": seed ignored";
+    if (!t->quant() || t->quant()->size() == 0) continue;
+    ++quantized;
+    const quant::Format f = *quant::parse_format(t->quant()->str());
+    const quant::Layout l = *quant::parse_layout(t->layout()->str());
+    const int64_t n = t->shape()->Get(0), k = t->shape()->Get(1), rb = *quant::row_bytes(f, k);
+    std::vector<uint8_t> row(rb);
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* src = ta + r * rb;
+      if (quant::is_tiled(l)) {
+        quant::unpack_row(f, l, k, ta + r / 8 * 8 * rb, static_cast<int>(r % 8), row.data());
+        src = row.data();
+      }
+      ASSERT_EQ(quant::check_row(f, src, k), "") << t->name()->str() << " row " << r;
+    }
+  }
+  EXPECT_GT(quantized, 0);
 }
 
 }  // namespace

@@ -1,0 +1,113 @@
+#include "runtime/plan/synthetic_weights.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "runtime/quant/quant_format.h"
+
+namespace llmrt {
+namespace {
+
+// splitmix64: a small, well-known mixing function; enough for filler values.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+struct Rng {
+  uint64_t s;
+  float uniform(float lo, float hi) {  // 24 random bits
+    s = mix(s);
+    return lo + (hi - lo) * static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
+  }
+};
+
+// One row of f32 values per the rules in the header.
+void fill_row(uint64_t seed, uint64_t name_hash, int64_t row, bool matrix, bool bias, float* out,
+              int64_t k) {
+  Rng r{seed ^ mix(name_hash ^ mix(static_cast<uint64_t>(row)))};
+  if (matrix) {
+    const float a = std::sqrt(3.0f / static_cast<float>(k));
+    for (int64_t i = 0; i < k; ++i) out[i] = r.uniform(-a, a);
+  } else if (bias) {
+    for (int64_t i = 0; i < k; ++i) out[i] = r.uniform(-0.02f, 0.02f);
+  } else {
+    for (int64_t i = 0; i < k; ++i) out[i] = 1.0f + r.uniform(-0.1f, 0.1f);
+  }
+}
+
+// Runs body(i) for i in [0, n) on `threads` threads (work claimed from a counter).
+template <typename Body>
+void parallel(int64_t n, int threads, Body&& body) {
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i; (i = next.fetch_add(1)) < n;) body(i);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+Status generate_synthetic_weights(const fb::Plan& plan, uint64_t seed, uint8_t* weights,
+                                  uint64_t size, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!plan.tensors()) return ok_status();
+  for (const fb::Tensor* t : *plan.tensors()) {
+    const std::string name = t->name()->str();
+    const uint64_t h = XXH3_64bits(name.data(), name.size());
+    const auto* shape = t->shape();
+    if (!shape || shape->size() < 1 || shape->size() > 2)
+      return invalid_argument("synthetic weights: tensor '" + name + "' is not 1-D or 2-D");
+    const int64_t n = shape->size() == 2 ? shape->Get(0) : 1;
+    const int64_t k = shape->Get(shape->size() - 1);
+    uint8_t* dst = weights + t->offset();
+    if (t->offset() > size || t->size() > size - t->offset())
+      return invalid_argument("synthetic weights: tensor '" + name + "' lies outside the weight section");
+    const bool matrix = shape->size() == 2;
+    const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (!t->quant() || t->quant()->size() == 0) {
+      if (t->dtype() != fb::DType::F32 || t->size() != static_cast<uint64_t>(n * k) * 4)
+        return unimplemented("synthetic weights: tensor '" + name + "' has dtype " +
+                             fb::EnumNameDType(t->dtype()) + " (only f32 and quantized are generated)");
+      float* out = reinterpret_cast<float*>(dst);
+      parallel(n, threads, [&](int64_t r) { fill_row(seed, h, r, matrix, bias, out + r * k, k); });
+      continue;
+    }
+    ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t->quant()->str()));
+    ASSIGN_OR_RETURN(quant::Layout l, quant::parse_layout(t->layout() ? t->layout()->str() : std::string()));
+    ASSIGN_OR_RETURN(int64_t rb, quant::row_bytes(f, k));
+    ASSIGN_OR_RETURN(uint64_t need, quant::tensor_bytes(f, l, n, k));
+    if (!matrix || need != t->size())
+      return invalid_argument("synthetic weights: quantized tensor '" + name + "' has an inconsistent size");
+    // One unit = one tile of 8 rows (tiled layouts) or one row.
+    const int64_t per = quant::is_tiled(l) ? quant::kTileRows : 1;
+    parallel((n + per - 1) / per, threads, [&](int64_t u) {
+      std::vector<float> x(static_cast<size_t>(k));
+      std::vector<uint8_t> rows(static_cast<size_t>(per * rb), 0);
+      const int64_t r0 = u * per, cnt = std::min(per, n - r0);
+      for (int64_t i = 0; i < cnt; ++i) {
+        fill_row(seed, h, r0 + i, true, false, x.data(), k);
+        quant::quantize_row(f, x.data(), k, rows.data() + i * rb);
+      }
+      if (per == 1)
+        std::memcpy(dst + r0 * rb, rows.data(), static_cast<size_t>(rb));
+      else
+        quant::pack_tile(f, l, k, rows.data(), cnt, dst + r0 * rb);
+    });
+  }
+  return ok_status();
+}
+
+}  // namespace llmrt
