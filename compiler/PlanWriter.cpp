@@ -452,6 +452,13 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   pb.add_kernels(kernelsOff);
   pb.add_weights_size(weightsSize);
   pb.add_cpu_kernels(cpuKernelsOff);
+  if (!kernels.empty() && !opts.targets.empty()) {
+    // "13.0" -> 13000, the driver API's version form.
+    const std::string v = nvrtcVersionString();
+    const size_t dot = v.find('.');
+    if (dot != std::string::npos)
+      pb.add_cuda_min_driver_version(std::stoi(v.substr(0, dot)) * 1000 + std::stoi(v.substr(dot + 1)) * 10);
+  }
   if (opts.syntheticSeed) {
     pb.add_synthetic_weights(true);
     pb.add_synthetic_seed(*opts.syntheticSeed);

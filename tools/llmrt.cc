@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   llmrt_tools::Subcommand bench_serve = llmrt_tools::add_bench_serve_command(app);
   llmrt_tools::Subcommand bench = llmrt_tools::add_bench_command(app);
   llmrt_tools::Subcommand eval = llmrt_tools::add_eval_command(app);
+  llmrt_tools::Subcommand devices = llmrt_tools::add_devices_command(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -105,6 +106,8 @@ int main(int argc, char** argv) {
   if (bench_serve.app->parsed()) return bench_serve.run();
   if (bench.app->parsed()) return bench.run();
   if (eval.app->parsed()) return eval.run();
+
+  if (devices.app->parsed()) return devices.run();
 
   if (*inspect) {
     std::optional<uint64_t> budget;

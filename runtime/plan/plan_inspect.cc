@@ -135,7 +135,8 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
     for (auto* k : *p.kernels())
       if (k->images())
         for (auto* im : *k->images()) images_per_target[str(im->target())]++;
-  j["kernels"] = {{"count", kernels}, {"images_per_target", images_per_target}};
+  j["kernels"] = {{"count", kernels}, {"images_per_target", images_per_target},
+                  {"cuda_min_driver_version", p.cuda_min_driver_version()}};
   if (const fb::Program* prog = plan.program("forward")) {
     std::map<std::string, int> ops;
     size_t with_kernel = 0;
@@ -214,6 +215,9 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
   }
   line("kernels      %zu\n", kernels);
   for (auto& [t, n] : images_per_target) line("             %-8s %d images\n", t.c_str(), n);
+  if (p.cuda_min_driver_version() > 0)
+    line("             need a CUDA driver for CUDA %d.%d or newer (llmrt devices checks this machine)\n",
+         p.cuda_min_driver_version() / 1000, p.cuda_min_driver_version() % 1000 / 10);
   if (const fb::KvSpec* kv = p.kv())
     line("kv cache     %d layers x %d kv heads x %d head_dim, block %d, %s, %s per token\n",
          kv->num_layers(), kv->num_kv_heads(), kv->head_dim(), kv->block_size(),
