@@ -403,6 +403,27 @@ bool isFile(const std::string &path) {
 }
 } // namespace
 
+namespace {
+
+// generation_config.json of `dir` when present (else the config's eos ids) into model.generation.
+Status readGenerationDefaults(const std::string &dir, LoadedModel &model) {
+  model.generation.eosIds = model.config.eosIds;
+  const std::string genPath = dir + "/generation_config.json";
+  if (!isFile(genPath))
+    return llmrt::ok_status();
+  ASSIGN_OR_RETURN(std::string genText, readTextFile(genPath));
+  ASSIGN_OR_RETURN(model.generation, parseGenerationConfig(genText, genPath));
+  if (model.generation.eosIds.empty())
+    model.generation.eosIds = model.config.eosIds;
+  for (int32_t id : model.generation.eosIds)
+    if (id >= model.config.vocabSize)
+      return invalid_argument(genPath + ": eos_token_id " + std::to_string(id) +
+                              " is outside the vocabulary");
+  return llmrt::ok_status();
+}
+
+} // namespace
+
 StatusOr<LoadedModel> loadHfModel(const std::string &dirIn) {
   std::string dir = dirIn;
   while (dir.size() > 1 && dir.back() == '/')
@@ -422,18 +443,7 @@ StatusOr<LoadedModel> loadHfModel(const std::string &dirIn) {
     model.config.name = slash == std::string::npos ? dir : dir.substr(slash + 1);
   }
 
-  model.generation.eosIds = model.config.eosIds;
-  const std::string genPath = dir + "/generation_config.json";
-  if (isFile(genPath)) {
-    ASSIGN_OR_RETURN(std::string genText, readTextFile(genPath));
-    ASSIGN_OR_RETURN(model.generation, parseGenerationConfig(genText, genPath));
-    if (model.generation.eosIds.empty())
-      model.generation.eosIds = model.config.eosIds;
-    for (int32_t id : model.generation.eosIds)
-      if (id >= model.config.vocabSize)
-        return invalid_argument(genPath + ": eos_token_id " +
-                                std::to_string(id) + " is outside the vocabulary");
-  }
+  RETURN_IF_ERROR(readGenerationDefaults(dir, model));
 
   // GPTQ/AWQ: their int32 tensors are read raw and shown as X.weight.
   ASSIGN_OR_RETURN(std::optional<QuantConfig> quant,
@@ -511,14 +521,7 @@ StatusOr<LoadedModel> loadSyntheticModel(const std::string &pathIn) {
                                          "from float weights (use --quantize for a quantized plan)");
   if (model.config.name.empty())
     model.config.name = "synthetic";
-  model.generation.eosIds = model.config.eosIds;
-  const std::string genPath = dir + "/generation_config.json";
-  if (isFile(genPath)) {
-    ASSIGN_OR_RETURN(std::string genText, readTextFile(genPath));
-    ASSIGN_OR_RETURN(model.generation, parseGenerationConfig(genText, genPath));
-    if (model.generation.eosIds.empty())
-      model.generation.eosIds = model.config.eosIds;
-  }
+  RETURN_IF_ERROR(readGenerationDefaults(dir, model));
   model.tensors = std::make_unique<SyntheticSource>(expectedTensors(model.config));
   RETURN_IF_ERROR(validateModelTensors(model.config, *model.tensors));
   return model;

@@ -10,18 +10,13 @@
 
 #include <xxhash.h>
 
+#include "runtime/base/mix.h"
 #include "runtime/quant/quant_format.h"
 
 namespace llmrt {
 namespace {
 
-// splitmix64: a small, well-known mixing function; enough for filler values.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return mix64(x); }
 
 struct Rng {
   uint64_t s;

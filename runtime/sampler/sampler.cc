@@ -4,15 +4,12 @@
 #include <cmath>
 #include <string>
 
+#include "runtime/base/mix.h"
+
 namespace llmrt {
 namespace {
 
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+uint64_t mix(uint64_t z) { return mix64(z); }
 
 bool finite(float x) { return std::isfinite(x); }
 

@@ -34,7 +34,8 @@ std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (empty vectors may have null data(), which memcmp must not get)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double tol) {
