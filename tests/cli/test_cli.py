@@ -136,20 +136,22 @@ def test_kernel_images_per_target_are_valid(llmc, tmp_path):
     from pathlib import Path
     if not Path(ptxas).exists():
         pytest.skip("no CUDA toolkit (ptxas) on this machine: kernel images cannot be checked")
+    # Every SKU the plans workflow (.github/workflows/plans.yml) builds for.
+    skus = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"]
     plan = tmp_path / "gpu.fb"
-    proc = run([llmc, "compile", TINY / "llama", "-o", plan, "--target", "sm_80,sm_90"])
+    proc = run([llmc, "compile", TINY / "llama", "-o", plan, "--target", ",".join(skus)])
     if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
         pytest.skip("llmc built without NVRTC")
     assert proc.returncode == 0, proc.stderr
     j = json.loads(ok([llmc, "inspect", plan, "--json", "--extract-kernels", tmp_path / "k"]).stdout)
     assert j["kernels"]["count"] >= 4  # embedding, add_rms_norm, rms_norm, rope (q and kv), silu_mul
-    assert j["kernels"]["images_per_target"] == {"sm_80": j["kernels"]["count"], "sm_90": j["kernels"]["count"]}
+    assert j["kernels"]["images_per_target"] == {t: j["kernels"]["count"] for t in skus}
     assert j["program"]["steps_with_gpu_kernel"] > 0
     cubins = sorted((tmp_path / "k").glob("*.cubin"))
-    assert len(cubins) == 2 * j["kernels"]["count"]
+    assert len(cubins) == len(skus) * j["kernels"]["count"]
     for cubin in cubins:
         entry, target = cubin.name[: -len(".cubin")].rsplit(".", 1)
-        sm = int(target[3:])
+        sm = int(target[3:].rstrip("a"))
         ok([ptxas, f"-arch={target}", cubin.with_suffix(".ptx"), "-o", tmp_path / "check.cubin"])
         elf = ok([readelf, "-h", "-s", cubin]).stdout
         assert "NVIDIA CUDA" in elf
