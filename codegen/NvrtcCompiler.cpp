@@ -3,8 +3,18 @@
 #include "codegen/NvrtcCompiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
 #include <string_view>
+
+#include <unistd.h>
+#include <xxhash.h>
 
 #if LLMC_HAVE_NVRTC
 #include <nvrtc.h>
@@ -215,6 +225,73 @@ std::string nvrtcVersionString() {
 #endif
 }
 
+namespace {
+
+std::mutex cacheMutex;
+std::string cacheDirOverride;
+bool cacheOverridden = false;
+std::atomic<int> cacheHits{0}, cacheMisses{0};
+
+std::string readFile(const std::filesystem::path &p) {
+  std::ifstream in(p, std::ios::binary);
+  return in ? std::string(std::istreambuf_iterator<char>(in), {}) : std::string();
+}
+
+// Writes `bytes` to `p` through a unique temporary name and a rename.
+void writeFileAtomically(const std::filesystem::path &p, const std::string &bytes) {
+  std::error_code ec;
+  std::filesystem::path tmp = p;
+  tmp += ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+      return;
+  }
+  std::filesystem::rename(tmp, p, ec);
+  if (ec)
+    std::filesystem::remove(tmp, ec);
+}
+
+std::string cacheKey(const KernelSpec &spec, const std::string &target) {
+  std::string text = "llmc kernel cache v1\n" + nvrtcVersionString() + "\n" + target + "\n";
+  for (const std::string &o : nvrtcOptions(target))
+    text += o + "\n";
+  text += spec.entry + "\n" + spec.source;
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return hex;
+}
+
+} // namespace
+
+void setKernelCacheDir(const std::string &dir) {
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  cacheDirOverride = dir;
+  cacheOverridden = true;
+}
+
+std::string kernelCacheDir() {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    if (cacheOverridden)
+      dir = cacheDirOverride;
+  }
+  if (dir.empty()) {
+    if (const char *e = std::getenv("LLMC_KERNEL_CACHE"))
+      dir = e;
+    else if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+      dir = std::string(x) + "/llmc/kernels";
+    else if (const char *h = std::getenv("HOME"); h && *h)
+      dir = std::string(h) + "/.cache/llmc/kernels";
+  }
+  return dir == "off" ? std::string() : dir;
+}
+
+KernelCacheStats kernelCacheStats() { return {cacheHits.load(), cacheMisses.load()}; }
+
 llmrt::StatusOr<std::vector<KernelImage>>
 compileKernel(const KernelSpec &spec, const std::vector<std::string> &targets) {
   if (spec.entry.empty() || spec.source.empty())
@@ -228,8 +305,28 @@ compileKernel(const KernelSpec &spec, const std::vector<std::string> &targets) {
 #if LLMC_HAVE_NVRTC
   std::vector<KernelImage> images;
   images.reserve(targets.size());
+  const std::string dir = kernelCacheDir();
   for (const std::string &t : targets) {
+    std::filesystem::path base;
+    if (!dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      base = std::filesystem::path(dir) / cacheKey(spec, t);
+      std::string ptx = readFile(base.string() + ".ptx"), cubin = readFile(base.string() + ".cubin");
+      const bool valid = cubin.size() > 4 && cubin.compare(0, 4, "\x7f" "ELF") == 0 &&
+                         ptx.find(spec.entry) != std::string::npos;
+      if (valid) {
+        ++cacheHits;
+        images.push_back(KernelImage{t, std::move(ptx), std::vector<uint8_t>(cubin.begin(), cubin.end())});
+        continue;
+      }
+    }
     ASSIGN_OR_RETURN(KernelImage image, compileOne(spec, t));
+    ++cacheMisses;
+    if (!base.empty()) {
+      writeFileAtomically(base.string() + ".ptx", image.ptx);
+      writeFileAtomically(base.string() + ".cubin", std::string(image.cubin.begin(), image.cubin.end()));
+    }
     images.push_back(std::move(image));
   }
   return images;

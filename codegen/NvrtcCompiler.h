@@ -54,6 +54,21 @@ bool nvrtcAvailable();
 /// "13.0", or "" without NVRTC. Part of any compile-cache key.
 std::string nvrtcVersionString();
 
+/// Compile cache: compileKernel keeps each image as DIR/<key>.ptx and DIR/<key>.cubin, key =
+/// XXH3-128 of the NVRTC version, target, options, entry and source, so a recompile of an
+/// unchanged model (or another model with the same shapes) skips NVRTC. DIR: setKernelCacheDir,
+/// else $LLMC_KERNEL_CACHE, else $XDG_CACHE_HOME/llmc/kernels or ~/.cache/llmc/kernels; "off"
+/// disables it. An entry that is damaged (CUBIN not an ELF, PTX without the entry) is compiled
+/// again and rewritten; files are written to a temporary name and renamed (concurrent llmc
+/// processes share a cache safely). Cache I/O errors never fail a compile.
+void setKernelCacheDir(const std::string &dir);
+std::string kernelCacheDir();  ///< "" when disabled
+struct KernelCacheStats {
+  int hits = 0;    ///< images read from the cache
+  int misses = 0;  ///< images compiled by NVRTC (and stored)
+};
+KernelCacheStats kernelCacheStats();  ///< since the process started
+
 } // namespace llmc
 
 #endif // LLMC_CODEGEN_NVRTCCOMPILER_H

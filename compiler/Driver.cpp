@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "codegen/NvrtcCompiler.h"
 #include "compiler/Importer.h"
 #include "compiler/PlanWriter.h"
 #include "compiler/frontend/HfModel.h"
@@ -223,12 +224,14 @@ llmrt::Status compile(const CompileOptions &opts) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr,
                  "llmc: wrote %s: %s (%s), %zu tensors, %.1f MiB weights%s, %zu steps, %zu "
-                 "kernels, %zu targets; %.2f s, peak RSS %.1f MiB\n",
+                 "kernels, %zu targets (%d images compiled, %d from the kernel cache); %.2f s, "
+                 "peak RSS %.1f MiB\n",
                  opts.outputPath.c_str(), model.config.name.c_str(),
                  model.config.architecture.c_str(), stats->tensors,
                  stats->weightBytes / 1048576.0,
                  opts.syntheticSeed ? " (synthetic: generated at load)" : "", stats->steps, stats->kernels,
-                 opts.targets.size(), secs, ru.ru_maxrss / 1024.0);
+                 opts.targets.size(), kernelCacheStats().misses, kernelCacheStats().hits, secs,
+                 ru.ru_maxrss / 1024.0);
   }
   return llmrt::ok_status();
 }

@@ -125,6 +125,10 @@ int main(int argc, char **argv) {
   compile->add_option("model", copts.modelPath,
                       "Hugging Face folder or .gguf file (with --synthetic-weights: a config.json or its folder)")
       ->required();
+  std::string kernelCache;
+  compile->add_option("--kernel-cache", kernelCache,
+                      "directory of the NVRTC compile cache, or 'off' (default: $LLMC_KERNEL_CACHE, else "
+                      "~/.cache/llmc/kernels)");
   uint64_t syntheticSeed = 0;
   CLI::Option *synthetic = compile->add_option(
       "--synthetic-weights", syntheticSeed,
@@ -207,6 +211,8 @@ int main(int argc, char **argv) {
       copts.commandLine.push_back(argv[i]);
     if (*synthetic)
       copts.syntheticSeed = syntheticSeed;
+    if (!kernelCache.empty())
+      llmc::setKernelCacheDir(kernelCache);
     if (targets == "default")
       copts.targets = llmc::nvrtcAvailable() ? llmc::defaultTargets() : std::vector<std::string>{};
     else if (targets != "none")

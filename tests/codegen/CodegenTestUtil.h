@@ -35,6 +35,7 @@ public:
     }
   }
   bool ok() const { return !path_.empty(); }
+  const std::string &path() const { return path_; }
   std::string file(const std::string &name) const {
     return (std::filesystem::path(path_) / name).string();
   }

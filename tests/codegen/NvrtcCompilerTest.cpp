@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -117,8 +120,61 @@ protected:
   void SetUp() override {
     if (!llmc::nvrtcAvailable())
       GTEST_SKIP() << "built without NVRTC (LLMC_ENABLE_CUDA off)";
+    llmc::setKernelCacheDir("off");  // every test here really runs NVRTC, unless it says otherwise
   }
 };
+
+std::string slurp(const std::filesystem::path &p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(NvrtcTest, CompileCacheHitsRepairsAndCanBeOff) {
+  TempDir dir;
+  llmc::setKernelCacheDir(dir.path());
+  KernelSpec spec = llmc::emitSiluMulKernel({192, true}).value();
+  const llmc::KernelCacheStats s0 = llmc::kernelCacheStats();
+  auto first = llmc::compileKernel(spec, {"sm_80", "sm_90"});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  const llmc::KernelCacheStats s1 = llmc::kernelCacheStats();
+  EXPECT_EQ(s1.misses - s0.misses, 2);
+  EXPECT_EQ(s1.hits - s0.hits, 0);
+  std::vector<std::filesystem::path> cubins;
+  for (const auto &e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().extension() == ".cubin")
+      cubins.push_back(e.path());
+  ASSERT_EQ(cubins.size(), 2u);
+
+  auto again = llmc::compileKernel(spec, {"sm_80", "sm_90"});
+  ASSERT_TRUE(again.ok());
+  const llmc::KernelCacheStats s2 = llmc::kernelCacheStats();
+  EXPECT_EQ(s2.hits - s1.hits, 2);
+  EXPECT_EQ(s2.misses - s1.misses, 0);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*again)[i].target, (*first)[i].target);
+    EXPECT_EQ((*again)[i].ptx, (*first)[i].ptx);
+    EXPECT_EQ((*again)[i].cubin, (*first)[i].cubin);
+  }
+  // Another source (other shapes) is another key.
+  KernelSpec other = llmc::emitSiluMulKernel({256, true}).value();
+  ASSERT_TRUE(llmc::compileKernel(other, {"sm_90"}).ok());
+  EXPECT_EQ(llmc::kernelCacheStats().misses - s2.misses, 1);
+
+  // A damaged entry is compiled again and rewritten.
+  { std::ofstream(cubins[0], std::ios::binary | std::ios::trunc) << "garbage"; }
+  const llmc::KernelCacheStats s3 = llmc::kernelCacheStats();
+  auto repaired = llmc::compileKernel(spec, {"sm_80", "sm_90"});
+  ASSERT_TRUE(repaired.ok());
+  const llmc::KernelCacheStats s4 = llmc::kernelCacheStats();
+  EXPECT_EQ(s4.misses - s3.misses, 1);
+  EXPECT_EQ(s4.hits - s3.hits, 1);
+  EXPECT_EQ(slurp(cubins[0]).compare(0, 4, "\x7f" "ELF"), 0);
+
+  llmc::setKernelCacheDir("off");
+  EXPECT_EQ(llmc::kernelCacheDir(), "");
+  ASSERT_TRUE(llmc::compileKernel(spec, {"sm_80"}).ok());
+  EXPECT_EQ(llmc::kernelCacheStats().misses - s4.misses, 1);
+}
 
 TEST_F(NvrtcTest, VersionKnown) {
   EXPECT_FALSE(llmc::nvrtcVersionString().empty());
