@@ -306,11 +306,13 @@ compileKernel(const KernelSpec &spec, const std::vector<std::string> &targets) {
   std::vector<KernelImage> images;
   images.reserve(targets.size());
   const std::string dir = kernelCacheDir();
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+  }
   for (const std::string &t : targets) {
     std::filesystem::path base;
     if (!dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
       base = std::filesystem::path(dir) / cacheKey(spec, t);
       std::string ptx = readFile(base.string() + ".ptx"), cubin = readFile(base.string() + ".cubin");
       const bool valid = cubin.size() > 4 && cubin.compare(0, 4, "\x7f" "ELF") == 0 &&

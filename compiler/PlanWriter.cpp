@@ -472,7 +472,8 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   // Stream weights: one tensor at a time, never the whole model in memory.
   std::vector<float> buffer;
   std::vector<uint8_t> packed, tiled;
-  for (const PlanTensor &t : opts.syntheticSeed ? std::vector<PlanTensor>{} : tensors) {
+  const std::vector<PlanTensor> none;
+  for (const PlanTensor &t : opts.syntheticSeed ? none : tensors) {
     RETURN_IF_ERROR(writer->pad_to(t.offset));
     packed.clear();
     for (const std::string &part : t.parts) {

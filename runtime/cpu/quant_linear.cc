@@ -333,15 +333,19 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
 #endif
   // Scalar: rows of cpu_row_groups and cpu_interleaved8 read in place, others (cuda_mma_n8, a
   // plan packed for the GPU) unpacked to one row at a time.
-  const bool in_place = w.layout != quant::Layout::kCudaMma8;
   split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int worker) {
     uint8_t* buf = sc.rowbuf + worker * sc.rowbuf_stride;
     for (int64_t j = n0; j < n1; ++j) {
-      const QuantMatrix one{in_place ? nullptr : row_bytes_of(w, j, buf), w.format, 1, k, w.row_bytes,
-                            quant::Layout::kRowGroups};
+      QuantMatrix one;
+      const QuantMatrix* m = &w;
+      int64_t row = j;
+      if (w.layout == quant::Layout::kCudaMma8) {
+        one = {row_bytes_of(w, j, buf), w.format, 1, k, w.row_bytes, quant::Layout::kRowGroups};
+        m = &one;
+        row = 0;
+      }
       for (int64_t t = t0; t < t1; ++t) {
-        const float v = in_place ? dot_q_fast_scalar(w, j, sc.qx + t * k, sc.dx + t * nb, sc.sx + t * nb)
-                                 : dot_q_fast_scalar(one, 0, sc.qx + t * k, sc.dx + t * nb, sc.sx + t * nb);
+        const float v = dot_q_fast_scalar(*m, row, sc.qx + t * k, sc.dx + t * nb, sc.sx + t * nb);
         y[t * n + j] = bias ? v + bias[j] : v;
       }
     }

@@ -184,10 +184,11 @@ Level level() {
 
 // Calls the widest compiled target for the level (the SIMD part returns how many elements it did).
 #if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX3) && (HWY_TARGETS & HWY_AVX2)
-#define LLMRT_VEC_DISPATCH(fn, ...)                                       \
-  (level() == Level::kAvx3   ? N_AVX3::fn(__VA_ARGS__)                    \
-   : level() == Level::kAvx2 ? N_AVX2::fn(__VA_ARGS__)                    \
-                             : int64_t{0})
+#define LLMRT_VEC_DISPATCH(fn, ...)                                                 \
+  [&](Level l) {                                                                    \
+    return l == Level::kAvx3 ? N_AVX3::fn(__VA_ARGS__)                              \
+           : l == Level::kAvx2 ? N_AVX2::fn(__VA_ARGS__) : int64_t{0};             \
+  }(level())
 #elif HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX2)
 #define LLMRT_VEC_DISPATCH(fn, ...) (level() != Level::kScalar ? N_AVX2::fn(__VA_ARGS__) : int64_t{0})
 #else

@@ -16,12 +16,10 @@
 namespace llmrt {
 namespace {
 
-uint64_t mix(uint64_t x) { return mix64(x); }
-
 struct Rng {
   uint64_t s;
   float uniform(float lo, float hi) {  // 24 random bits
-    s = mix(s);
+    s = mix64(s);
     return lo + (hi - lo) * static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
   }
 };
@@ -29,7 +27,7 @@ struct Rng {
 // One row of f32 values per the rules in the header.
 void fill_row(uint64_t seed, uint64_t name_hash, int64_t row, bool matrix, bool bias, float* out,
               int64_t k) {
-  Rng r{seed ^ mix(name_hash ^ mix(static_cast<uint64_t>(row)))};
+  Rng r{seed ^ mix64(name_hash ^ mix64(static_cast<uint64_t>(row)))};
   if (matrix) {
     const float a = std::sqrt(3.0f / static_cast<float>(k));
     for (int64_t i = 0; i < k; ++i) out[i] = r.uniform(-a, a);
@@ -67,11 +65,12 @@ Status generate_synthetic_weights(const fb::Plan& plan, uint64_t seed, uint8_t* 
       return invalid_argument("synthetic weights: tensor '" + name + "' is not 1-D or 2-D");
     const int64_t n = shape->size() == 2 ? shape->Get(0) : 1;
     const int64_t k = shape->Get(shape->size() - 1);
-    uint8_t* dst = weights + t->offset();
     if (t->offset() > size || t->size() > size - t->offset())
       return invalid_argument("synthetic weights: tensor '" + name + "' lies outside the weight section");
+    uint8_t* dst = weights + t->offset();
     const bool matrix = shape->size() == 2;
-    const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    // "x.bias", or a fused "concat(q.bias,k.bias,v.bias)"
+    const bool bias = name.find(".bias") != std::string::npos;
     if (!t->quant() || t->quant()->size() == 0) {
       if (t->dtype() != fb::DType::F32 || t->size() != static_cast<uint64_t>(n * k) * 4)
         return unimplemented("synthetic weights: tensor '" + name + "' has dtype " +

@@ -9,8 +9,6 @@
 namespace llmrt {
 namespace {
 
-uint64_t mix(uint64_t z) { return mix64(z); }
-
 bool finite(float x) { return std::isfinite(x); }
 
 // Probability desc, then id asc: the fixed candidate order.
@@ -22,7 +20,7 @@ bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
 }  // namespace
 
 uint64_t sampling_random_bits(uint64_t seed, uint64_t request_id, uint64_t step) {
-  return mix(mix(mix(seed) ^ request_id) ^ step);
+  return mix64(mix64(mix64(seed) ^ request_id) ^ step);
 }
 
 double sampling_uniform(uint64_t seed, uint64_t request_id, uint64_t step) {
