@@ -148,6 +148,9 @@ llmrt::StatusOr<KernelImage> compileOne(const KernelSpec &spec,
   if (image.ptx.find(".entry " + spec.entry + "(") == std::string::npos)
     return llmrt::internal_error("kernel entry '" + spec.entry +
                                  "' not found in the PTX " + context);
+  if (!parsePtxasReport(log, &image.resources))
+    return llmrt::internal_error("ptxas reported no register count " + context +
+                                 "\nNVRTC log:\n" + log);
   return image;
 }
 
@@ -199,11 +202,62 @@ std::vector<std::string> nvrtcOptions(const std::string &target) {
       "--prec-div=true",
       "--prec-sqrt=true",
       "--fmad=true",
+      // ptxas' resource report (registers, shared memory, stack, spills)
+      // goes to the program log; compileOne records it with the image.
+      "--ptxas-options=-v",
   };
 #if LLMC_HAVE_NVRTC
   options.push_back(std::string("--include-path=") + LLMC_CUDA_INCLUDE_DIR);
 #endif
   return options;
+}
+
+bool parsePtxasReport(const std::string &log, KernelResources *out) {
+  KernelResources r;
+  bool found = false;
+  // The number right before `tag` in `line`, if any.
+  auto numberBefore = [](const std::string &line, const std::string &tag,
+                         unsigned *value) {
+    size_t at = line.find(tag);
+    if (at == std::string::npos)
+      return false;
+    size_t end = at;
+    while (end > 0 && line[end - 1] == ' ')
+      --end;
+    size_t begin = end;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(line[begin - 1])))
+      --begin;
+    if (begin == end || end - begin > 9)
+      return false;
+    *value = static_cast<unsigned>(std::stoul(line.substr(begin, end - begin)));
+    return true;
+  };
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t eol = log.find('\n', pos);
+    if (eol == std::string::npos)
+      eol = log.size();
+    const std::string line = log.substr(pos, eol - pos);
+    pos = eol + 1;
+    unsigned v = 0, w = 0;
+    if (line.find("Used ") != std::string::npos &&
+        numberBefore(line, " registers", &v)) {
+      r.registers = static_cast<int>(v);
+      found = true;
+      if (numberBefore(line, " barriers", &v))
+        r.barriers = static_cast<int>(v);
+      if (numberBefore(line, " bytes smem", &v))
+        r.sharedBytes = v;
+    }
+    if (numberBefore(line, " bytes stack frame", &v))
+      r.stackBytes = v;
+    if (numberBefore(line, " bytes spill stores", &v) &&
+        numberBefore(line, " bytes spill loads", &w))
+      r.spillBytes = v + w;
+  }
+  if (found)
+    *out = r;
+  return found;
 }
 
 bool nvrtcAvailable() {
@@ -252,8 +306,17 @@ void writeFileAtomically(const std::filesystem::path &p, const std::string &byte
     std::filesystem::remove(tmp, ec);
 }
 
+// The resources in ptxas' words, so the cache's copy parses like a fresh log.
+std::string ptxasReport(const KernelResources &r) {
+  return "ptxas info    : Used " + std::to_string(r.registers) + " registers, used " +
+         std::to_string(r.barriers) + " barriers, " + std::to_string(r.sharedBytes) +
+         " bytes smem\nptxas         .     " + std::to_string(r.stackBytes) +
+         " bytes stack frame, " + std::to_string(r.spillBytes) +
+         " bytes spill stores, 0 bytes spill loads\n";
+}
+
 std::string cacheKey(const KernelSpec &spec, const std::string &target) {
-  std::string text = "llmc kernel cache v1\n" + nvrtcVersionString() + "\n" + target + "\n";
+  std::string text = "llmc kernel cache v2\n" + nvrtcVersionString() + "\n" + target + "\n";
   for (const std::string &o : nvrtcOptions(target))
     text += o + "\n";
   text += spec.entry + "\n" + spec.source;
@@ -315,11 +378,14 @@ compileKernel(const KernelSpec &spec, const std::vector<std::string> &targets) {
     if (!dir.empty()) {
       base = std::filesystem::path(dir) / cacheKey(spec, t);
       std::string ptx = readFile(base.string() + ".ptx"), cubin = readFile(base.string() + ".cubin");
+      KernelResources resources;
       const bool valid = cubin.size() > 4 && cubin.compare(0, 4, "\x7f" "ELF") == 0 &&
-                         ptx.find(spec.entry) != std::string::npos;
+                         ptx.find(spec.entry) != std::string::npos &&
+                         parsePtxasReport(readFile(base.string() + ".ptxas"), &resources);
       if (valid) {
         ++cacheHits;
-        images.push_back(KernelImage{t, std::move(ptx), std::vector<uint8_t>(cubin.begin(), cubin.end())});
+        images.push_back(KernelImage{t, std::move(ptx), std::vector<uint8_t>(cubin.begin(), cubin.end()),
+                                     resources});
         continue;
       }
     }
@@ -328,6 +394,7 @@ compileKernel(const KernelSpec &spec, const std::vector<std::string> &targets) {
     if (!base.empty()) {
       writeFileAtomically(base.string() + ".ptx", image.ptx);
       writeFileAtomically(base.string() + ".cubin", std::string(image.cubin.begin(), image.cubin.end()));
+      writeFileAtomically(base.string() + ".ptxas", ptxasReport(image.resources));
     }
     images.push_back(std::move(image));
   }

@@ -19,11 +19,27 @@
 
 namespace llmc {
 
+/// What ptxas reported for the CUBIN's entry (--ptxas-options=-v in the
+/// program log): the occupancy and launch inputs a runtime needs.
+struct KernelResources {
+  int registers = -1;       ///< per thread; -1 = not reported
+  unsigned sharedBytes = 0; ///< static shared memory per block
+  unsigned stackBytes = 0;  ///< stack frame per thread
+  unsigned spillBytes = 0;  ///< spill stores + loads per thread
+  int barriers = 0;         ///< named barriers used
+};
+
+/// Parses ptxas' verbose report ("Used 32 registers, used 1 barriers, 1024
+/// bytes smem", "8 bytes stack frame, 0 bytes spill stores, 0 bytes spill
+/// loads"). False when no "Used N registers" line is found.
+bool parsePtxasReport(const std::string &log, KernelResources *out);
+
 /// One compiled image of a kernel (maps onto llmrt.fb.KernelImage).
 struct KernelImage {
   std::string target;         ///< "sm_90"
   std::string ptx;            ///< PTX text (no trailing NUL), `.target sm_90`
   std::vector<uint8_t> cubin; ///< ELF for exactly `target`, never empty
+  KernelResources resources;  ///< of the CUBIN (registers always reported)
 };
 
 /// For each target, one NVRTC compile with --gpu-architecture=<target>, which

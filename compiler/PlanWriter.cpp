@@ -168,7 +168,9 @@ llmrt::StatusOr<int> Lowering::kernelFor(Operation *op) {
   for (const KernelImage &im : images) {
     auto ptx = fbb.CreateVector(reinterpret_cast<const uint8_t *>(im.ptx.data()), im.ptx.size());
     auto cubin = fbb.CreateVector(im.cubin);
-    imgs.push_back(fb::CreateKernelImage(fbb, fbb.CreateString(im.target), ptx, cubin));
+    imgs.push_back(fb::CreateKernelImage(fbb, fbb.CreateString(im.target), ptx, cubin, im.resources.registers,
+                                         im.resources.sharedBytes, im.resources.stackBytes,
+                                         im.resources.spillBytes));
   }
   int id = static_cast<int>(kernels.size());
   kernels.push_back(fb::CreateKernelDirect(fbb, spec->entry.c_str(), spec->family.c_str(),

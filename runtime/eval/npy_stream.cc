@@ -212,6 +212,7 @@ StatusOr<std::vector<int32_t>> read_npy_int_vector(const std::string& path) {
   if (h.descr != "<i4" && h.descr != "<i8")
     return invalid_argument(path + ": expected int32 token ids, got dtype '" + h.descr + "'");
   const size_t n = static_cast<size_t>(h.shape[0]), item = item_size(h.descr);
+  if (n == 0) return std::vector<int32_t>();
   std::vector<uint8_t> raw(n * item);
   if (std::fseek(file.get(), static_cast<long>(h.data_offset), SEEK_SET) != 0 ||
       std::fread(raw.data(), 1, raw.size(), file.get()) != raw.size())
@@ -244,6 +245,8 @@ StatusOr<std::unique_ptr<NpyRowReader>> NpyRowReader::open(const std::string& pa
     return invalid_argument(path + ": expected a C-order 2-D array [positions, vocab]");
   r->rows_ = h.shape[0];
   r->cols_ = h.shape[1];
+  if (r->cols_ == 0) return invalid_argument(path + ": rows of log-probabilities are empty (shape [" +
+                                             std::to_string(r->rows_) + ", 0])");
   r->item_ = item_size(h.descr);
   r->buf_.resize(size_t(r->cols_) * r->item_);
   if (std::fseek(r->file_.get(), static_cast<long>(h.data_offset), SEEK_SET) != 0)

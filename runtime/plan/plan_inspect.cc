@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -129,13 +130,19 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
   j["tensors"] = {{"count", count}, {"bytes", total}, {"bytes_by_dtype", by_dtype}};
   if (p.synthetic_weights()) j["synthetic_weights"] = {{"seed", p.synthetic_seed()}};
   j["cpu_kernels"] = p.cpu_kernels() && p.cpu_kernels()->size() ? p.cpu_kernels()->str() : "reference";
-  std::map<std::string, int> images_per_target;
+  std::map<std::string, int> images_per_target, max_registers, spilling;
   size_t kernels = p.kernels() ? p.kernels()->size() : 0;
   if (p.kernels())
     for (auto* k : *p.kernels())
       if (k->images())
-        for (auto* im : *k->images()) images_per_target[str(im->target())]++;
+        for (auto* im : *k->images()) {
+          const std::string t = str(im->target());
+          images_per_target[t]++;
+          max_registers[t] = std::max(max_registers[t], im->registers());
+          if (im->spill_bytes() > 0) spilling[t]++;
+        }
   j["kernels"] = {{"count", kernels}, {"images_per_target", images_per_target},
+                  {"max_registers_per_target", max_registers}, {"images_spilling_per_target", spilling},
                   {"cuda_min_driver_version", p.cuda_min_driver_version()}};
   if (const fb::Program* prog = plan.program("forward")) {
     std::map<std::string, int> ops;

@@ -147,6 +147,9 @@ def test_kernel_images_per_target_are_valid(llmc, tmp_path):
     assert j["kernels"]["count"] >= 4  # embedding, add_rms_norm, rms_norm, rope (q and kv), silu_mul
     assert j["kernels"]["images_per_target"] == {t: j["kernels"]["count"] for t in skus}
     assert j["program"]["steps_with_gpu_kernel"] > 0
+    # ptxas' report travels with every image: registers known (0 < r <= 255), nothing spills.
+    assert all(0 < j["kernels"]["max_registers_per_target"][t] <= 255 for t in skus), j["kernels"]
+    assert j["kernels"]["images_spilling_per_target"] == {}, j["kernels"]
     cubins = sorted((tmp_path / "k").glob("*.cubin"))
     assert len(cubins) == len(skus) * j["kernels"]["count"]
     for cubin in cubins:

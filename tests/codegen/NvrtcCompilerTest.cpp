@@ -154,6 +154,11 @@ TEST_F(NvrtcTest, CompileCacheHitsRepairsAndCanBeOff) {
     EXPECT_EQ((*again)[i].target, (*first)[i].target);
     EXPECT_EQ((*again)[i].ptx, (*first)[i].ptx);
     EXPECT_EQ((*again)[i].cubin, (*first)[i].cubin);
+    // ptxas' report comes back from the cache as it was.
+    EXPECT_EQ((*again)[i].resources.registers, (*first)[i].resources.registers);
+    EXPECT_EQ((*again)[i].resources.sharedBytes, (*first)[i].resources.sharedBytes);
+    EXPECT_EQ((*again)[i].resources.stackBytes, (*first)[i].resources.stackBytes);
+    EXPECT_EQ((*again)[i].resources.spillBytes, (*first)[i].resources.spillBytes);
   }
   // Another source (other shapes) is another key.
   KernelSpec other = llmc::emitSiluMulKernel({256, true}).value();
@@ -174,6 +179,30 @@ TEST_F(NvrtcTest, CompileCacheHitsRepairsAndCanBeOff) {
   EXPECT_EQ(llmc::kernelCacheDir(), "");
   ASSERT_TRUE(llmc::compileKernel(spec, {"sm_80"}).ok());
   EXPECT_EQ(llmc::kernelCacheStats().misses - s4.misses, 1);
+}
+
+TEST(NvrtcCompile, ParsesPtxasReport) {
+  // As NVRTC 13.0 logs it for an sm_90 kernel with --ptxas-options=-v.
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem\n"
+      "ptxas info    : Compile time = 3.876 ms\n";
+  llmc::KernelResources r;
+  ASSERT_TRUE(llmc::parsePtxasReport(log, &r));
+  EXPECT_EQ(r.registers, 40);
+  EXPECT_EQ(r.barriers, 1);
+  EXPECT_EQ(r.sharedBytes, 1024u);
+  EXPECT_EQ(r.stackBytes, 24u);
+  EXPECT_EQ(r.spillBytes, 20u);
+  // Without shared memory ptxas leaves the smem part out.
+  ASSERT_TRUE(llmc::parsePtxasReport("ptxas info    : Used 8 registers, used 0 barriers\n", &r));
+  EXPECT_EQ(r.registers, 8);
+  EXPECT_EQ(r.sharedBytes, 0u);
+  EXPECT_FALSE(llmc::parsePtxasReport("", &r));
+  EXPECT_FALSE(llmc::parsePtxasReport("ptxas info    : 0 bytes gmem\n", &r));
 }
 
 TEST_F(NvrtcTest, VersionKnown) {
@@ -226,6 +255,13 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       // The kernel name is in the ELF (string table).
       std::string bytes(image.cubin.begin(), image.cubin.end());
       EXPECT_TRUE(contains(bytes, spec.entry));
+      // ptxas' report: a register count within the architecture's 255, no
+      // spills, and the static shared memory the source declares.
+      EXPECT_GT(image.resources.registers, 0);
+      EXPECT_LE(image.resources.registers, 255);
+      EXPECT_EQ(image.resources.spillBytes, 0u);
+      if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
+        EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
     }
   }
 }

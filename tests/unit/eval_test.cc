@@ -222,6 +222,30 @@ TEST(Npy, ReadsTokenIds) {
   EXPECT_EQ(read_npy_int_vector(path).status().code(), StatusCode::kNotFound);
 }
 
+// Zero-sized arrays (found by fuzz.npy): an empty id vector reads as empty; rows of zero
+// log-probabilities are refused at open with the shape named, never read.
+TEST(Npy, ZeroSizedArrays) {
+  const std::string path = temp_path("empty.npy");
+  auto write = [&](const std::string& dict) {
+    std::vector<uint8_t> bytes = header(dict);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  };
+  write("{'descr': '<i4', 'fortran_order': False, 'shape': (0,), }");
+  auto ids = read_npy_int_vector(path);
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  EXPECT_TRUE(ids->empty());
+  write("{'descr': '=f4', 'fortran_order': False, 'shape': (3, 0), }");
+  auto rows = NpyRowReader::open(path);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().to_string().find("[3, 0]"), std::string::npos) << rows.status().to_string();
+  write("{'descr': '<f2', 'fortran_order': False, 'shape': (0, 7), }");
+  auto none = NpyRowReader::open(path);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  std::vector<float> row(7);
+  EXPECT_EQ((*none)->read_row(row).code(), StatusCode::kOutOfRange);
+  std::remove(path.c_str());
+}
+
 // ChunkRunner: chunks longer than a step (several steps per chunk, several chunks per step)
 // give the reference model's logits at the scored positions.
 TEST(ChunkRunner, MatchesTheReferenceModel) {

@@ -82,6 +82,9 @@ def main(out: str) -> None:
     np.save(os.path.join(out, "npy", "logprobs_f2.npy"),
             np.linspace(-9, 0, 24, dtype=np.float32).reshape(3, 8).astype(np.float16))
     np.save(os.path.join(out, "npy", "logprobs_f4.npy"), np.zeros((2, 5), np.float32))
+    # Zero-sized arrays (a [3, 0] array once reached memcpy with a null buffer).
+    np.save(os.path.join(out, "npy", "logprobs_zero_cols.npy"), np.zeros((3, 0), np.float32))
+    np.save(os.path.join(out, "npy", "token_ids_empty.npy"), np.zeros((0,), np.int32))
 
     rng = np.random.default_rng(6)
     save_file({"a": rng.standard_normal((4, 8)).astype(np.float32),
