@@ -11,6 +11,7 @@
 #include "codegen/KernelFamilies.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Operation.h"
@@ -231,13 +232,141 @@ FailureOr<KernelSpec> emitSiluMul(Operation *op) {
   return fromStatus(op, emitSiluMulKernel({inter, n == 1}));
 }
 
+/// The storage of weight operand `v` as the linear kernels name it: "f32"
+/// for a dense weight (plans store dense weights in f32), the format name for
+/// a quantized one in the cuda_mma_n8 layout, "" for a quantized one in a
+/// CPU layout (no GPU kernel reads those).
+std::string weightStorage(Operation *op, Value v) {
+  Operation *def = v.getDefiningOp();
+  StringAttr quant = def ? def->getAttrOfType<StringAttr>("quant") : StringAttr();
+  if (!quant || quant.getValue().empty())
+    return "f32";
+  ModuleOp module = op->getParentOfType<ModuleOp>();
+  StringAttr layout = module ? module->getAttrOfType<StringAttr>("llm.weight_layout") : StringAttr();
+  if (!layout || layout.getValue() != "cuda_mma_n8")
+    return "";
+  return quant.getValue().str();
+}
+
+FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits) {
+  const unsigned n = op->getNumOperands();
+  if (!logits && n != 2 && n != 3)
+    return op->emitOpError() << "GPU codegen: linear takes x, weight and an optional bias, got " << n
+                             << " operands";
+  if (failed(checkCounts(op, logits ? 3 : n, 1))) // logits: x, weight, batch
+    return failure();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  auto w = shapeOf(op, op->getOperand(1), "weight", 2, Elem::F32, /*rowsStatic=*/true);
+  if (failed(x) || failed(w))
+    return failure();
+  if ((*w)[1] != (*x)[1])
+    return op->emitOpError() << "GPU codegen: weight width " << (*w)[1] << " != x width " << (*x)[1];
+  if (failed(checkWidth(op, op->getResult(0), "result", (*w)[0])))
+    return failure();
+  LinearParams p;
+  p.n = (*w)[0];
+  p.k = (*w)[1];
+  p.weight = weightStorage(op, op->getOperand(1));
+  if (p.weight.empty())
+    return op->emitOpError() << "GPU codegen: quantized weight in a CPU layout (compile with --weight-layout cuda-mma)";
+  p.bias = !logits && n == 3;
+  p.gatherRows = logits;
+  if (p.bias && failed(shapeOf(op, op->getOperand(2), "bias", 1, Elem::F32, /*rowsStatic=*/true)))
+    return failure();
+  return fromStatus(op, emitLinearKernel(p));
+}
+
+FailureOr<KvCacheParams> cacheParams(Operation *op) {
+  auto kvHeads = intAttr(op, "num_kv_heads");
+  auto headDim = intAttr(op, "head_dim");
+  auto blockSize = intAttr(op, "block_size");
+  auto dtype = stringAttr(op, "kv_dtype", "f32");
+  auto layout = stringAttr(op, "layout", "");
+  if (failed(kvHeads) || failed(headDim) || failed(blockSize) || failed(dtype) || failed(layout))
+    return failure();
+  if (*layout != "block_head_slot_dim")
+    return op->emitOpError() << "GPU codegen: KV layout '" << *layout << "' (expected block_head_slot_dim)";
+  return KvCacheParams{*kvHeads, *headDim, *blockSize, *dtype};
+}
+
+FailureOr<KernelSpec> emitKvStore(Operation *op) {
+  auto cache = cacheParams(op);
+  if (failed(cache))
+    return failure();
+  for (unsigned i = 0; i < 2; ++i)
+    if (failed(checkWidth(op, op->getOperand(i), i ? "v" : "k", cache->numKvHeads * cache->headDim)))
+      return failure();
+  return fromStatus(op, emitKvStoreKernel(*cache));
+}
+
+FailureOr<KernelSpec> emitPagedAttention(Operation *op) {
+  auto cache = cacheParams(op);
+  auto heads = intAttr(op, "num_heads");
+  auto scale = numberAttr(op, "scale");
+  auto window = intAttr(op, "sliding_window", 0);
+  if (failed(cache) || failed(heads) || failed(scale) || failed(window))
+    return failure();
+  if (failed(checkWidth(op, op->getOperand(0), "q", *heads * cache->headDim)) ||
+      failed(checkWidth(op, op->getResult(0), "result", *heads * cache->headDim)))
+    return failure();
+  AttentionParams p;
+  p.cache = *cache;
+  p.numHeads = *heads;
+  p.scale = static_cast<float>(*scale);
+  p.slidingWindow = *window;
+  return fromStatus(op, emitPagedAttentionKernel(p));
+}
+
+FailureOr<KernelSpec> emitAdd(Operation *op) {
+  if (failed(checkCounts(op, 2, 1)))
+    return failure();
+  auto a = shapeOf(op, op->getOperand(0), "a", 2, Elem::F32);
+  if (failed(a) || failed(checkWidth(op, op->getOperand(1), "b", (*a)[1])) ||
+      failed(checkWidth(op, op->getResult(0), "result", (*a)[1])))
+    return failure();
+  return fromStatus(op, emitAddKernel((*a)[1]));
+}
+
+FailureOr<KernelSpec> emitSplit(Operation *op) {
+  if (op->getNumOperands() != 1)
+    return op->emitOpError() << "GPU codegen: split takes one operand";
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x))
+    return failure();
+  std::vector<int64_t> sizes;
+  for (OpResult r : op->getResults()) {
+    auto shape = shapeOf(op, r, "result", 2, Elem::F32);
+    if (failed(shape))
+      return failure();
+    sizes.push_back((*shape)[1]);
+  }
+  return fromStatus(op, emitSplitKernel((*x)[1], sizes));
+}
+
+FailureOr<KernelSpec> emitPermuteColumns(Operation *op) {
+  if (failed(checkCounts(op, 1, 1)))
+    return failure();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x) || failed(checkWidth(op, op->getResult(0), "result", (*x)[1])))
+    return failure();
+  return fromStatus(op, emitPermuteColumnsKernel((*x)[1]));
+}
+
 } // namespace
 
 bool hasKernel(Operation *op) {
   StringRef name = op->getName().getStringRef();
-  return name == "llm.embedding" || name == "llm.rms_norm" ||
-         name == "llm.add_rms_norm" || name == "llm.rope" ||
-         name == "llm.silu_mul";
+  if (name == "llm.embedding") // the embedding kernel gathers f32 rows only
+    return op->getNumOperands() == 2 && weightStorage(op, op->getOperand(1)) == "f32";
+  if (name == "llm.linear" || name == "llm.logits")
+    return op->getNumOperands() >= 2 && !weightStorage(op, op->getOperand(1)).empty();
+  if (name == "llm.kv_store" || name == "llm.paged_attention") {
+    auto dtype = op->getAttrOfType<StringAttr>("kv_dtype");
+    return !dtype || dtype.getValue() == "f32"; // int8 KV: no GPU kernel yet
+  }
+  return name == "llm.rms_norm" || name == "llm.add_rms_norm" || name == "llm.rope" ||
+         name == "llm.silu_mul" || name == "llm.add" || name == "llm.split" ||
+         name == "llm.permute_columns";
 }
 
 FailureOr<KernelSpec> emitKernel(Operation *op) {
@@ -252,9 +381,25 @@ FailureOr<KernelSpec> emitKernel(Operation *op) {
     return emitRope(op);
   if (name == "llm.silu_mul")
     return emitSiluMul(op);
+  if (name == "llm.linear")
+    return emitLinearFamily(op, /*logits=*/false);
+  if (name == "llm.logits")
+    return emitLinearFamily(op, /*logits=*/true);
+  if (name == "llm.kv_store")
+    return emitKvStore(op);
+  if (name == "llm.paged_attention")
+    return emitPagedAttention(op);
+  if (name == "llm.add")
+    return emitAdd(op);
+  if (name == "llm.split")
+    return emitSplit(op);
+  if (name == "llm.permute_columns")
+    return emitPermuteColumns(op);
   return op->emitOpError() << "has no GPU kernel in codegen (supported: "
                               "llm.embedding, llm.rms_norm, llm.add_rms_norm, "
-                              "llm.rope, llm.silu_mul)";
+                              "llm.rope, llm.silu_mul, llm.linear, llm.logits, "
+                              "llm.kv_store, llm.paged_attention, llm.add, "
+                              "llm.split, llm.permute_columns)";
 }
 
 } // namespace llmc

@@ -4,11 +4,16 @@
 // the generic mlir::Operation (op name, attributes, operand/result tensor
 // shapes), so it does not depend on the dialect's generated classes.
 //
-// Supported ops (PROGRAM.md): llm.embedding, llm.rms_norm {eps},
+// Supported ops (PROGRAM.md): llm.embedding (f32 table), llm.rms_norm {eps},
 // llm.add_rms_norm {eps}, llm.rope {num_heads, head_dim, theta, style,
 // rope_type, factor, low_freq_factor, high_freq_factor,
-// original_max_position}, llm.silu_mul (1 or 2 operands). Activations must be
-// f32 tensors [rows, width] with a static width; rows may be dynamic.
+// original_max_position}, llm.silu_mul (1 or 2 operands), llm.linear and
+// llm.logits (dense weights, or quantized ones in the cuda_mma_n8 layout),
+// llm.kv_store and llm.paged_attention (f32 KV cache), llm.add, llm.split,
+// llm.permute_columns. Activations must be f32 tensors [rows, width] with a
+// static width; rows may be dynamic. hasKernel() is false where no kernel
+// reads the op's storage (a quantized embedding table, quantized weights in
+// a CPU layout, an int8 KV cache): such steps run without a GPU kernel.
 //
 //===----------------------------------------------------------------------===//
 

@@ -62,6 +62,56 @@ struct SiluMulParams {
 };
 llmrt::StatusOr<KernelSpec> emitSiluMulKernel(const SiluMulParams &p);
 
+/// llm.linear: x[T, k] * w[n, k]^T (+ bias[n]) -> y[T, n]; llm.logits the
+/// same over gathered rows (gatherRows: output row r reads x row rows[r]).
+/// weight: "f32" | "f16" | "bf16" (dense row-major) or a quantized format
+/// name (runtime/quant/quant_format.h) stored in the cuda_mma_n8 layout.
+/// Kernel params: (const float *x, const unsigned char *w, const float *bias,
+/// const int *rows, float *y, int T); bias / rows are unused (may be null)
+/// unless `bias` / `gatherRows`.
+struct LinearParams {
+  int64_t n = 0;
+  int64_t k = 0;
+  std::string weight = "f32";
+  bool bias = false;
+  bool gatherRows = false;
+};
+llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
+
+/// The paged KV cache as the kernels see it (PROGRAM.md: per layer K and V
+/// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32" only so far).
+struct KvCacheParams {
+  int64_t numKvHeads = 0;
+  int64_t headDim = 0;
+  int64_t blockSize = 0;
+  std::string kvDtype = "f32";
+};
+/// llm.kv_store: params (const float *k, const float *v, const long long
+/// *kv_slots, float *k_cache, float *v_cache, int T); padding rows (slot < 0)
+/// are skipped.
+llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p);
+
+/// llm.paged_attention: causal GQA over the cache, optional sliding window.
+/// Params (const float *q, const float *k_cache, const float *v_cache, const
+/// int *positions, const int *query_start, const int *block_tables, int
+/// max_blocks, int S, float *out, int T).
+struct AttentionParams {
+  KvCacheParams cache;
+  int64_t numHeads = 0;
+  float scale = 1.0f;
+  int64_t slidingWindow = 0; // 0 = none
+};
+llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
+
+/// llm.add: (const float *a, const float *b, float *out, int T), rows of
+/// `width`.
+llmrt::StatusOr<KernelSpec> emitAddKernel(int64_t width);
+/// llm.split of rows of `width` into results of `sizes` columns (in order,
+/// summing to width): (const float *x, float *out0, ..., float *outN-1, int T).
+llmrt::StatusOr<KernelSpec> emitSplitKernel(int64_t width, const std::vector<int64_t> &sizes);
+/// llm.permute_columns: (const float *x, const int *perm, float *out, int T).
+llmrt::StatusOr<KernelSpec> emitPermuteColumnsKernel(int64_t width);
+
 } // namespace llmc
 
 #endif // LLMC_CODEGEN_KERNELFAMILIES_H

@@ -14,6 +14,7 @@
 //     count T (tokens):
 //       "rows"      gridDim.x = T
 //       "rows*<k>"  gridDim.x = T * k  (k a positive decimal integer)
+//       "rows/<c>*<k>"  gridDim.x = ceil(T / c) * k  (items of c rows)
 //     Every kernel walks its work items with a grid-stride loop, so any
 //     gridDim.x >= 1 is correct (a runtime may cap the grid); gridDim.y/z = 1;
 //   * dynamic shared memory is `sharedMemBytes`;
@@ -28,6 +29,8 @@
 //   add_rms_norm  (const float *x, const float *residual, const float *w,
 //                  float *normed, float *sum, int T)
 //   rope          (const float *x, const int *positions, float *out, int T)
+//   linear, logits (const float *x, const unsigned char *w, const float *bias,
+//                  const int *rows, float *y, int T)  (KernelFamilies.h)
 //   silu_mul      two operands: (const float *gate, const float *up,
 //                                float *out, int T)
 //                 fused:        (const float *gate_up, float *out, int T)
@@ -61,7 +64,7 @@ struct KernelSpec {
   std::string source;
   /// {x, y, z}; always three values.
   std::vector<int> blockDim;
-  /// See the launch contract above: "rows" or "rows*<k>".
+  /// See the launch contract above: "rows", "rows*<k>" or "rows/<c>*<k>".
   std::string gridRule;
   /// Dynamic shared memory per block, bytes.
   unsigned sharedMemBytes = 0;

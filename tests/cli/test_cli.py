@@ -146,7 +146,9 @@ def test_kernel_images_per_target_are_valid(llmc, tmp_path):
     j = json.loads(ok([llmc, "inspect", plan, "--json", "--extract-kernels", tmp_path / "k"]).stdout)
     assert j["kernels"]["count"] >= 4  # embedding, add_rms_norm, rms_norm, rope (q and kv), silu_mul
     assert j["kernels"]["images_per_target"] == {t: j["kernels"]["count"] for t in skus}
-    assert j["program"]["steps_with_gpu_kernel"] > 0
+    # Every step of the forward has its kernel (embedding, norms, linear, rope, kv_store,
+    # paged_attention, silu_mul, split, logits).
+    assert j["program"]["steps_with_gpu_kernel"] == j["program"]["steps"], j["program"]
     # ptxas' report travels with every image: registers known (0 < r <= 255), nothing spills.
     assert all(0 < j["kernels"]["max_registers_per_target"][t] <= 255 for t in skus), j["kernels"]
     assert j["kernels"]["images_spilling_per_target"] == {}, j["kernels"]
@@ -161,6 +163,30 @@ def test_kernel_images_per_target_are_valid(llmc, tmp_path):
         flags = int(re.search(r"Flags:\s+0x([0-9a-fA-F]+)", elf).group(1), 16)
         assert (flags >> 8) & 0xFF == sm, (cubin.name, hex(flags))
         assert entry in elf, f"kernel symbol {entry} missing in {cubin.name}"
+
+
+def test_quantized_linear_kernels_need_the_cuda_layout(llmc, tmp_path):
+    """GPTQ weights (desc_act: permuted columns too): in the CPU tile layout the linear steps
+    have no GPU kernel; with --weight-layout cuda-mma every step has one."""
+    import shutil
+    from pathlib import Path
+    if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
+        pytest.skip("no CUDA toolkit on this machine")
+    fixture = TINY.parent / "quant" / "gptq_4bit_desc_act"
+    steps = {}
+    for layout in ["interleaved8", "cuda-mma"]:
+        plan = tmp_path / f"{layout}.fb"
+        proc = run([llmc, "compile", fixture, "-o", plan, "--target", "sm_90", "--weight-layout", layout])
+        if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
+            pytest.skip("llmc built without NVRTC")
+        assert proc.returncode == 0, proc.stderr
+        j = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)
+        steps[layout] = (j["program"]["steps_with_gpu_kernel"], j["program"]["steps"], j["program"]["ops"])
+    with_kernel, total, ops = steps["cuda-mma"]
+    assert with_kernel == total, steps
+    assert "PermuteColumns" in ops
+    with_kernel, total, ops = steps["interleaved8"]
+    assert with_kernel == total - ops["Linear"], steps
 
 
 def test_compile_real_model_streams_weights(llmc, tmp_path):

@@ -262,15 +262,45 @@ TEST_F(EmitterTest, DeterministicAndDeduplicable) {
 }
 
 TEST_F(EmitterTest, OpWithoutKernelFails) {
-  auto ops = parse("%x: tensor<?x576xf32>, %w: tensor<1536x576xf32>",
-                   "  %0 = \"llm.linear\"(%x, %w) : (tensor<?x576xf32>, "
-                   "tensor<1536x576xf32>) -> tensor<?x1536xf32>");
+  auto ops = parse("%x: tensor<?x576xf32>",
+                   "  %0 = \"llm.frobnicate\"(%x) : (tensor<?x576xf32>) -> tensor<?x576xf32>");
   ASSERT_EQ(ops.size(), 1u);
   EXPECT_FALSE(llmc::hasKernel(ops[0]));
   diagnostics.clear();
   EXPECT_TRUE(mlir::failed(llmc::emitKernel(ops[0])));
   EXPECT_TRUE(contains(diagnostics, "has no GPU kernel")) << diagnostics;
-  EXPECT_TRUE(contains(diagnostics, "llm.linear")) << diagnostics;
+  EXPECT_TRUE(contains(diagnostics, "llm.linear")) << diagnostics; // the list of supported ops
+}
+
+// Linear: dense weights always have a kernel; quantized ones only in the
+// cuda_mma_n8 layout (the module's llm.weight_layout), with the format in
+// the kernel.
+TEST_F(EmitterTest, LinearFollowsTheWeightStorage) {
+  const std::string body =
+      "  %w = \"llm.weight\"() {name = \"w\"QUANT} : () -> tensor<1536x576xf32>\n"
+      "  %0 = \"llm.linear\"(%x, %w) : (tensor<?x576xf32>, tensor<1536x576xf32>) -> tensor<?x1536xf32>";
+  auto with = [&](const std::string &quant) {
+    std::string b = body;
+    b.replace(b.find("QUANT"), 5, quant);
+    return b;
+  };
+  auto denseOps = parse("%x: tensor<?x576xf32>", with(""));
+  ASSERT_EQ(denseOps.size(), 2u);
+  EXPECT_TRUE(llmc::hasKernel(denseOps[1]));
+  auto dense = llmc::emitKernel(denseOps[1]);
+  ASSERT_TRUE(mlir::succeeded(dense)) << diagnostics;
+  EXPECT_EQ(dense->family, "linear");
+  EXPECT_TRUE(contains(dense->source, "weight=f32")) << dense->source;
+
+  auto ops = parse("%x: tensor<?x576xf32>", with(", quant = \"int4-g32-f16-min\""));
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_FALSE(llmc::hasKernel(ops[1])); // CPU layout: no GPU kernel reads it
+  (*module)->setAttr("llm.weight_layout", mlir::StringAttr::get(&ctx, "cuda_mma_n8"));
+  EXPECT_TRUE(llmc::hasKernel(ops[1]));
+  auto spec = llmc::emitKernel(ops[1]);
+  ASSERT_TRUE(mlir::succeeded(spec)) << diagnostics;
+  EXPECT_TRUE(contains(spec->source, "weight=int4-g32-f16-min")) << spec->source;
+  EXPECT_EQ(spec->gridRule, "rows/4*48"); // 1536 rows = 192 tiles, 4 warps a block
 }
 
 TEST_F(EmitterTest, InvalidShapesAndAttributesFail) {

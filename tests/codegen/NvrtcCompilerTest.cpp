@@ -48,6 +48,23 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitRopeKernel(rope));
   add(llmc::emitSiluMulKernel({1536, false}));
   add(llmc::emitSiluMulKernel({1536, true}));
+  // Llama-3-8B shapes: int4-g128 GPTQ-style, Q4_1, Q8_0, bf16, logits.
+  for (const char *weight : {"int4-g128-f16-zp", "int4-g32-f16-min", "int8-g32-f16-sym", "bf16", "f32"})
+    add(llmc::emitLinearKernel({4096, 4096, weight, false, false}));
+  add(llmc::emitLinearKernel({14336, 4096, "int4-g128-bf16-sym", false, false}));
+  add(llmc::emitLinearKernel({576, 576, "f32", true, false}));
+  add(llmc::emitLinearKernel({128256, 4096, "bf16", false, true}));
+  add(llmc::emitKvStoreKernel({8, 128, 16, "f32"}));
+  llmc::AttentionParams attn;
+  attn.cache = {8, 128, 16, "f32"};
+  attn.numHeads = 32;
+  attn.scale = 0.08838834764831845f;
+  add(llmc::emitPagedAttentionKernel(attn));
+  attn.slidingWindow = 4096;
+  add(llmc::emitPagedAttentionKernel(attn));
+  add(llmc::emitAddKernel(4096));
+  add(llmc::emitSplitKernel(6144, {4096, 1024, 1024}));
+  add(llmc::emitPermuteColumnsKernel(4096));
   return specs;
 }
 

@@ -1,0 +1,248 @@
+//===- AttentionKernel.cpp - llm.kv_store and llm.paged_attention ---------===//
+//
+// The paged KV cache of PROGRAM.md: per layer one K and one V array
+// [num_blocks, num_kv_heads, block_size, head_dim] (f32), slot s = block
+// s / block_size, offset s % block_size.
+//
+// kv_store: one block per row; a row with kv_slots[t] < 0 (padding) is not
+// stored.
+//
+// paged_attention: one block per (row, head). The block walks the row's
+// visible positions j = max(0, p - W + 1) .. p in tiles of kBlock: each
+// thread scores one position (q . k_j in index order, q pre-scaled), the
+// block takes the tile's max and sum with fixed shared-memory trees, and an
+// online softmax (running max m, running sum l) rescales the output
+// accumulator, which threads own by head dimension (summing the tile's
+// positions in order). The order depends only on the row's position and the
+// sizes, never on the batch or the grid. Decode with long contexts would
+// split positions over blocks (flash-decoding); tensor-core prefill tiles are
+// the next step of this family.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/KernelFamilies.h"
+#include "codegen/KernelSource.h"
+
+#include <cmath>
+
+namespace llmc {
+
+namespace {
+
+constexpr const char *kKvStoreTemplate = R"cuda(// llmc kernel: kv_store, kv_heads=${HKV} head_dim=${HD} block_size=${BS}
+// Params: (const float *k, const float *v, const long long *kv_slots,
+//          float *k_cache, float *v_cache, int T)
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
+namespace {
+constexpr int kHkv = ${HKV};
+constexpr int kHd = ${HD};
+constexpr int kBs = ${BS};
+constexpr int kBlock = ${BLOCK};
+constexpr int kWidth = kHkv * kHd;
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kBlock)
+${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
+         const long long *__restrict__ kv_slots, float *__restrict__ k_cache,
+         float *__restrict__ v_cache, int T) {
+  for (int row = blockIdx.x; row < T; row += gridDim.x) {
+    const long long slot = kv_slots[row];
+    if (slot < 0)
+      continue; // padding
+    const long long block = slot / kBs, offset = slot % kBs;
+    for (int i = threadIdx.x; i < kWidth; i += kBlock) {
+      const int head = i / kHd, d = i % kHd;
+      const long long dst = ((block * kHkv + head) * kBs + offset) * kHd + d;
+      k_cache[dst] = k[(long long)row * kWidth + i];
+      v_cache[dst] = v[(long long)row * kWidth + i];
+    }
+  }
+}
+)cuda";
+
+constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attention, heads=${H} kv_heads=${HKV} head_dim=${HD}
+// block_size=${BS} window=${WINDOW} scale=${SCALE}
+// Params: (const float *q, const float *k_cache, const float *v_cache,
+//          const int *positions, const int *query_start, const int *block_tables,
+//          int max_blocks, int S, float *out, int T)
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${H} (grid-stride over (row, head)).
+namespace {
+constexpr int kH = ${H};
+constexpr int kHkv = ${HKV};
+constexpr int kHd = ${HD};
+constexpr int kBs = ${BS};
+constexpr int kWindow = ${WINDOW}; // 0: none
+constexpr float kScale = ${SCALE};
+constexpr int kBlock = ${BLOCK};
+constexpr int kGroup = kH / kHkv;
+constexpr int kPerThread = (kHd + kBlock - 1) / kBlock;
+
+// Fixed-order block reductions over `red` (kBlock floats of shared memory).
+__device__ __forceinline__ float blockMax(float v, float *red) {
+  const int tid = threadIdx.x;
+  red[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s)
+      red[tid] = fmaxf(red[tid], red[tid + s]);
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float blockSum(float v, float *red) {
+  const int tid = threadIdx.x;
+  red[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s)
+      red[tid] += red[tid + s];
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kBlock)
+${ENTRY}(const float *__restrict__ q, const float *__restrict__ k_cache,
+         const float *__restrict__ v_cache, const int *__restrict__ positions,
+         const int *__restrict__ query_start, const int *__restrict__ block_tables,
+         int max_blocks, int S, float *__restrict__ out, int T) {
+  __shared__ float qs[kHd];
+  __shared__ float probs[kBlock];
+  __shared__ float red[kBlock];
+  const int tid = threadIdx.x;
+  const long long items = (long long)T * kH;
+  for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    const int row = (int)(item / kH), head = (int)(item % kH);
+    if (row >= query_start[S])
+      continue; // padding rows: output unspecified, never read
+    // The row's sequence: the last s with query_start[s] <= row.
+    int lo = 0, hi = S - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (query_start[mid] <= row)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int *table = block_tables + (long long)lo * max_blocks;
+    const int p = positions[row];
+    const int first = kWindow > 0 && p - kWindow + 1 > 0 ? p - kWindow + 1 : 0;
+    const int kvHead = head / kGroup;
+    const float *qrow = q + ((long long)row * kH + head) * kHd;
+    for (int d = tid; d < kHd; d += kBlock)
+      qs[d] = qrow[d] * kScale;
+    __syncthreads();
+    float acc[kPerThread];
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i)
+      acc[i] = 0.0f;
+    const float negInf = __uint_as_float(0xff800000u);
+    float m = negInf, l = 0.0f;
+    for (int j0 = first; j0 <= p; j0 += kBlock) {
+      const int j = j0 + tid;
+      float score = negInf;
+      if (j <= p) {
+        const long long base =
+            (((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs) * kHd;
+        float s = 0.0f;
+        for (int d = 0; d < kHd; ++d)
+          s += qs[d] * k_cache[base + d];
+        score = s;
+      }
+      const float mNew = fmaxf(m, blockMax(score, red));
+      const float e = j <= p ? expf(score - mNew) : 0.0f;
+      probs[tid] = e;
+      const float alpha = expf(m - mNew); // 0 on the first tile (m = -inf)
+      l = l * alpha + blockSum(e, red);   // blockSum's barriers publish probs
+      m = mNew;
+      const int n = p - j0 + 1 < kBlock ? p - j0 + 1 : kBlock;
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        const int d = tid + i * kBlock;
+        if (d < kHd) {
+          float a = acc[i] * alpha;
+          for (int jj = 0; jj < n; ++jj) {
+            const int pos = j0 + jj;
+            const long long base =
+                (((long long)table[pos / kBs] * kHkv + kvHead) * kBs + pos % kBs) * kHd;
+            a += probs[jj] * v_cache[base + d];
+          }
+          acc[i] = a;
+        }
+      }
+      __syncthreads(); // probs is rewritten by the next tile
+    }
+    float *orow = out + ((long long)row * kH + head) * kHd;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int d = tid + i * kBlock;
+      if (d < kHd)
+        orow[d] = acc[i] / l;
+    }
+    __syncthreads(); // qs is rewritten by the block's next item
+  }
+}
+)cuda";
+
+llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int64_t blockSize) {
+  if (kvHeads <= 0 || headDim <= 0 || headDim > 1024 || blockSize <= 0 || blockSize > 4096 ||
+      kvHeads * headDim > detail::kMaxDim)
+    return llmrt::invalid_argument(std::string(what) + ": kv_heads " + std::to_string(kvHeads) +
+                                   ", head_dim " + std::to_string(headDim) + " (at most 1024), block_size " +
+                                   std::to_string(blockSize) + " (at most 4096) out of range");
+  return llmrt::ok_status();
+}
+
+} // namespace
+
+llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
+  RETURN_IF_ERROR(checkCache("kv_store", p.numKvHeads, p.headDim, p.blockSize));
+  if (p.kvDtype != "f32")
+    return llmrt::unimplemented("kv_store: the CUDA kernels keep the KV cache in f32; kv dtype '" +
+                                p.kvDtype + "' has no GPU kernel yet");
+  const int block = detail::elementwiseBlockSize(p.numKvHeads * p.headDim);
+  std::string body = detail::substitute(kKvStoreTemplate, {{"HKV", std::to_string(p.numKvHeads)},
+                                                           {"HD", std::to_string(p.headDim)},
+                                                           {"BS", std::to_string(p.blockSize)},
+                                                           {"BLOCK", std::to_string(block)}});
+  return detail::finishSpec("kv_store",
+                            "llm_kv_store_h" + std::to_string(p.numKvHeads) + "_d" + std::to_string(p.headDim) +
+                                "_b" + std::to_string(p.blockSize),
+                            body, block, "rows");
+}
+
+llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
+  RETURN_IF_ERROR(checkCache("paged_attention", p.cache.numKvHeads, p.cache.headDim, p.cache.blockSize));
+  if (p.cache.kvDtype != "f32")
+    return llmrt::unimplemented("paged_attention: the CUDA kernels keep the KV cache in f32; kv dtype '" +
+                                p.cache.kvDtype + "' has no GPU kernel yet");
+  if (p.numHeads <= 0 || p.numHeads % p.cache.numKvHeads != 0 || p.numHeads * p.cache.headDim > detail::kMaxDim)
+    return llmrt::invalid_argument("paged_attention: " + std::to_string(p.numHeads) +
+                                   " heads are not a multiple of " + std::to_string(p.cache.numKvHeads) +
+                                   " kv heads");
+  if (!std::isfinite(p.scale) || p.scale <= 0.0f || p.slidingWindow < 0)
+    return llmrt::invalid_argument("paged_attention: scale must be finite and > 0, sliding window >= 0");
+  // Threads score one position each per tile; 128 keeps a tile's K rows in
+  // flight without idling most threads on short contexts.
+  const int block = 128;
+  std::string body = detail::substitute(kAttentionTemplate, {{"H", std::to_string(p.numHeads)},
+                                                             {"HKV", std::to_string(p.cache.numKvHeads)},
+                                                             {"HD", std::to_string(p.cache.headDim)},
+                                                             {"BS", std::to_string(p.cache.blockSize)},
+                                                             {"WINDOW", std::to_string(p.slidingWindow)},
+                                                             {"SCALE", detail::floatLiteral(p.scale)},
+                                                             {"BLOCK", std::to_string(block)}});
+  return detail::finishSpec("paged_attention",
+                            "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" +
+                                std::to_string(p.cache.numKvHeads) + "_d" + std::to_string(p.cache.headDim) +
+                                "_b" + std::to_string(p.cache.blockSize) +
+                                (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()),
+                            body, block, "rows*" + std::to_string(p.numHeads));
+}
+
+} // namespace llmc

@@ -1,0 +1,239 @@
+// kv_store, paged_attention, add, split and permute_columns kernels on the
+// CPU through the host emulation, against double-precision references of
+// PROGRAM.md's semantics (causal GQA over a paged cache, sliding window).
+
+#include "codegen/KernelFamilies.h"
+
+#include "HostKernel.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using llmc::testing::HostKernel;
+using llmc::testing::bitEqual;
+using llmc::testing::expectNear;
+using llmc::testing::gridFor;
+using llmc::testing::randomVector;
+
+using KvStoreFn = void (*)(const float *, const float *, const long long *, float *, float *, int, unsigned);
+using AttentionFn = void (*)(const float *, const float *, const float *, const int *, const int *, const int *,
+                             int, int, float *, int, unsigned);
+
+/// A batch over a paged cache whose K/V hold random values at every slot.
+struct Batch {
+  int H, Hkv, hd, bs, blocks, maxBlocks;
+  std::vector<int> positions, queryStart, blockTables;
+  int S = 0, T = 0; // T includes one padding row
+  std::vector<float> q, kc, vc;
+};
+
+/// Sequences with the given context lengths, the last `rows[s]` positions of
+/// each in the step; physical blocks assigned in a scrambled order.
+Batch makeBatch(int H, int Hkv, int hd, int bs, const std::vector<int> &contexts, const std::vector<int> &rows) {
+  Batch b{H, Hkv, hd, bs, 0, 0, {}, {0}, {}, int(contexts.size()), 0, {}, {}, {}};
+  for (int c : contexts)
+    b.maxBlocks = std::max(b.maxBlocks, (c + bs - 1) / bs);
+  b.blocks = b.maxBlocks * b.S + 1;
+  b.blockTables.assign(size_t(b.S) * b.maxBlocks, -1);
+  int next = 0;
+  for (int s = 0; s < b.S; ++s) {
+    for (int i = 0; i < (contexts[s] + bs - 1) / bs; ++i)
+      b.blockTables[size_t(s) * b.maxBlocks + i] = (next++ * 7 + 3) % b.blocks; // 7 coprime to blocks
+    for (int p = contexts[s] - rows[s]; p < contexts[s]; ++p)
+      b.positions.push_back(p);
+    b.queryStart.push_back(int(b.positions.size()));
+  }
+  b.positions.push_back(0); // padding row
+  b.T = int(b.positions.size());
+  b.q = randomVector(size_t(b.T) * H * hd, 41);
+  b.kc = randomVector(size_t(b.blocks) * Hkv * bs * hd, 42);
+  b.vc = randomVector(b.kc.size(), 43);
+  return b;
+}
+
+std::vector<double> attentionRef(const Batch &b, float scale, int window) {
+  std::vector<double> out(size_t(b.T) * b.H * b.hd, 0.0);
+  for (int s = 0; s < b.S; ++s)
+    for (int row = b.queryStart[s]; row < b.queryStart[s + 1]; ++row) {
+      const int p = b.positions[row];
+      const int first = window > 0 ? std::max(0, p - window + 1) : 0;
+      for (int h = 0; h < b.H; ++h) {
+        const int kvh = h / (b.H / b.Hkv);
+        auto at = [&](int j) {
+          const int block = b.blockTables[size_t(s) * b.maxBlocks + j / b.bs];
+          return ((size_t(block) * b.Hkv + kvh) * b.bs + j % b.bs) * b.hd;
+        };
+        std::vector<double> sc;
+        double mx = -1e300;
+        for (int j = first; j <= p; ++j) {
+          double d = 0;
+          for (int e = 0; e < b.hd; ++e)
+            d += double(b.q[(size_t(row) * b.H + h) * b.hd + e]) * scale * b.kc[at(j) + e];
+          sc.push_back(d);
+          mx = std::max(mx, d);
+        }
+        double sum = 0;
+        for (double &v : sc)
+          sum += (v = std::exp(v - mx));
+        for (int e = 0; e < b.hd; ++e) {
+          double acc = 0;
+          for (int j = first; j <= p; ++j)
+            acc += sc[j - first] * b.vc[at(j) + e];
+          out[(size_t(row) * b.H + h) * b.hd + e] = acc / sum;
+        }
+      }
+    }
+  return out;
+}
+
+void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vector<int> &contexts,
+                    const std::vector<int> &rows) {
+  SCOPED_TRACE("H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
+               " bs=" + std::to_string(bs) + " window=" + std::to_string(window));
+  llmc::AttentionParams p;
+  p.cache = {Hkv, hd, bs, "f32"};
+  p.numHeads = H;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.slidingWindow = window;
+  auto spec = llmc::emitPagedAttentionKernel(p);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  HostKernel k(*spec,
+               "const float *q, const float *kc, const float *vc, const int *positions, const int *qs, "
+               "const int *tables, int max_blocks, int S, float *out, int T",
+               "q, kc, vc, positions, qs, tables, max_blocks, S, out, T");
+  ASSERT_TRUE(k.ok()) << k.error();
+  auto run = k.get<AttentionFn>();
+  Batch b = makeBatch(H, Hkv, hd, bs, contexts, rows);
+  std::vector<double> want = attentionRef(b, p.scale, window);
+  std::vector<float> out(want.size(), 0.0f);
+  run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
+      b.maxBlocks, b.S, out.data(), b.T, gridFor(*spec, b.T));
+  // Rows of padding are unspecified: compare the real rows only.
+  const size_t real = size_t(b.queryStart[b.S]) * H * hd;
+  std::vector<float> got(out.begin(), out.begin() + real);
+  expectNear(got, std::vector<double>(want.begin(), want.begin() + real), 2e-5, "attention");
+  // Grid of 3 blocks: the same bits.
+  std::vector<float> out3(out.size(), 0.0f);
+  run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
+      b.maxBlocks, b.S, out3.data(), b.T, 3);
+  EXPECT_TRUE(bitEqual(std::vector<float>(out3.begin(), out3.begin() + real), got));
+  // The last sequence alone (a batch of one): its rows' bits do not change.
+  const int s = b.S - 1, r0 = b.queryStart[s], n = b.queryStart[s + 1] - r0;
+  std::vector<int> qs1 = {0, n};
+  std::vector<float> alone(size_t(n) * H * hd, 0.0f);
+  run(b.q.data() + size_t(r0) * H * hd, b.kc.data(), b.vc.data(), b.positions.data() + r0, qs1.data(),
+      b.blockTables.data() + size_t(s) * b.maxBlocks, b.maxBlocks, 1, alone.data(), n, gridFor(*spec, n));
+  EXPECT_EQ(std::memcmp(alone.data(), got.data() + size_t(r0) * H * hd, alone.size() * sizeof(float)), 0);
+}
+
+TEST(AttentionKernel, CausalGqaOverPagedBlocks) {
+  // Decode rows, a prefill chunk, and a context longer than a tile of 128.
+  checkAttention(4, 2, 24, 4, 0, {7, 3, 150}, {2, 3, 1});
+  // head_dim above the block (two dims per thread), MHA, block size 16.
+  checkAttention(2, 2, 160, 16, 0, {40, 9}, {1, 9});
+}
+
+TEST(AttentionKernel, SlidingWindow) {
+  checkAttention(4, 1, 32, 8, 5, {30, 4}, {3, 4});
+  checkAttention(2, 1, 16, 4, 130, {200}, {2}); // window wider than a tile
+}
+
+TEST(AttentionKernel, KvStoreWritesSlotsAndSkipsPadding) {
+  const int Hkv = 3, hd = 10, bs = 4, blocks = 5, T = 4;
+  auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, "f32"});
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  HostKernel k(*spec, "const float *k, const float *v, const long long *slots, float *kc, float *vc, int T",
+               "k, v, slots, kc, vc, T");
+  ASSERT_TRUE(k.ok()) << k.error();
+  std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 51), vx = randomVector(kx.size(), 52);
+  std::vector<long long> slots = {9, 0, -1, 19};
+  std::vector<float> kc(size_t(blocks) * Hkv * bs * hd, 5.0f), vc(kc.size(), 6.0f);
+  k.get<KvStoreFn>()(kx.data(), vx.data(), slots.data(), kc.data(), vc.data(), T, 2);
+  std::vector<float> wantK(kc.size(), 5.0f), wantV(vc.size(), 6.0f);
+  for (int t = 0; t < T; ++t) {
+    if (slots[t] < 0)
+      continue;
+    const long long block = slots[t] / bs, off = slots[t] % bs;
+    for (int h = 0; h < Hkv; ++h)
+      for (int d = 0; d < hd; ++d) {
+        wantK[((block * Hkv + h) * bs + off) * hd + d] = kx[(size_t(t) * Hkv + h) * hd + d];
+        wantV[((block * Hkv + h) * bs + off) * hd + d] = vx[(size_t(t) * Hkv + h) * hd + d];
+      }
+  }
+  EXPECT_TRUE(bitEqual(kc, wantK));
+  EXPECT_TRUE(bitEqual(vc, wantV));
+}
+
+TEST(AttentionKernel, EmissionErrors) {
+  llmc::AttentionParams p;
+  p.cache = {2, 64, 16, "f32"};
+  p.numHeads = 3; // not a multiple of the kv heads
+  p.scale = 0.125f;
+  EXPECT_FALSE(llmc::emitPagedAttentionKernel(p).ok());
+  p.numHeads = 4;
+  EXPECT_TRUE(llmc::emitPagedAttentionKernel(p).ok());
+  p.cache.kvDtype = "i8";
+  auto i8 = llmc::emitPagedAttentionKernel(p);
+  ASSERT_FALSE(i8.ok());
+  EXPECT_EQ(i8.status().code(), llmrt::StatusCode::kUnimplemented);
+  EXPECT_FALSE(llmc::emitKvStoreKernel({2, 2048, 16, "f32"}).ok()); // head_dim > 1024
+}
+
+// --- add, split, permute_columns ---------------------------------------------
+
+TEST(ElementwiseKernels, AddSplitPermute) {
+  const int D = 50, T = 3;
+  std::vector<float> a = randomVector(size_t(T) * D, 61), b = randomVector(a.size(), 62);
+  auto add = llmc::emitAddKernel(D);
+  ASSERT_TRUE(add.ok());
+  HostKernel ka(*add, "const float *a, const float *b, float *out, int T", "a, b, out, T");
+  ASSERT_TRUE(ka.ok()) << ka.error();
+  std::vector<float> sum(a.size(), NAN);
+  ka.get<void (*)(const float *, const float *, float *, int, unsigned)>()(a.data(), b.data(), sum.data(), T, 2);
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(sum[i], a[i] + b[i]) << i;
+
+  // q, k, v of a fused projection: 30 + 12 + 8 columns.
+  auto split = llmc::emitSplitKernel(D, {30, 12, 8});
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  HostKernel ks(*split, "const float *x, float *o0, float *o1, float *o2, int T", "x, o0, o1, o2, T");
+  ASSERT_TRUE(ks.ok()) << ks.error();
+  std::vector<std::vector<float>> parts = {std::vector<float>(size_t(T) * 30, NAN),
+                                           std::vector<float>(size_t(T) * 12, NAN),
+                                           std::vector<float>(size_t(T) * 8, NAN)};
+  ks.get<void (*)(const float *, float *, float *, float *, int, unsigned)>()(
+      a.data(), parts[0].data(), parts[1].data(), parts[2].data(), T, 2);
+  int first = 0;
+  for (const auto &part : parts) {
+    const int w = int(part.size()) / T;
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < w; ++j)
+        ASSERT_EQ(part[size_t(t) * w + j], a[size_t(t) * D + first + j]);
+    first += w;
+  }
+  EXPECT_FALSE(llmc::emitSplitKernel(D, {30, 12}).ok()); // 42 != 50
+  EXPECT_FALSE(llmc::emitSplitKernel(D, {50, 0}).ok());
+
+  auto perm = llmc::emitPermuteColumnsKernel(D);
+  ASSERT_TRUE(perm.ok());
+  HostKernel kp(*perm, "const float *x, const int *perm, float *out, int T", "x, perm, out, T");
+  ASSERT_TRUE(kp.ok()) << kp.error();
+  std::vector<int> order(D);
+  for (int j = 0; j < D; ++j)
+    order[j] = (j * 7 + 3) % D;
+  std::vector<float> permuted(a.size(), NAN);
+  kp.get<void (*)(const float *, const int *, float *, int, unsigned)>()(a.data(), order.data(), permuted.data(),
+                                                                          T, 1);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < D; ++j)
+      ASSERT_EQ(permuted[size_t(t) * D + j], a[size_t(t) * D + order[j]]);
+}
+
+} // namespace

@@ -1,0 +1,119 @@
+// Tests of generated kernels on the CPU: a kernel's exact source compiled
+// with the host C++ compiler against HostEmulation.h into a shared library,
+// and the helpers the numerics tests share.
+#pragma once
+
+#include "CodegenTestUtil.h"
+#include "codegen/KernelSpec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <dlfcn.h>
+#include <string>
+#include <vector>
+
+namespace llmc::testing {
+
+/// A kernel's source built with the host compiler into a shared library
+/// exposing `llmc_host_run(<params>, unsigned grid)`.
+class HostKernel {
+public:
+  /// `params`: the kernel's C parameter list; `args`: its argument names.
+  HostKernel(const KernelSpec &spec, const std::string &params,
+             const std::string &args) {
+    if (!dir_.ok()) {
+      error_ = "no temp dir";
+      return;
+    }
+    std::string harness =
+        "#include \"HostEmulation.h\"\n" + spec.source +
+        "\nextern \"C\" void llmc_host_run(" + params + ", unsigned grid) {\n"
+        "  llmcLaunch(grid, " + std::to_string(spec.blockDim[0]) +
+        ", [&] { " + spec.entry + "(" + args + "); });\n}\n";
+    std::string src = dir_.file("harness.cpp"), lib = dir_.file("harness.so");
+    llmc::testing::writeFile(src, harness.data(), harness.size());
+    auto r = llmc::testing::runCommand(
+        std::string("'") + LLMC_HOST_CXX +
+            "' -std=c++20 -O0 -fPIC -shared -pthread -Wall "
+            "-Wno-unknown-pragmas -Wno-unused-const-variable -I'" +
+            LLMC_HOST_EMULATION_DIR + "' '" + src + "' -o '" + lib + "'",
+        dir_.file("build.log"));
+    if (r.exitCode != 0) {
+      error_ = "host build failed:\n" + r.output + "\n" + harness;
+      return;
+    }
+    handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      error_ = std::string("dlopen: ") + dlerror();
+      return;
+    }
+    fn_ = dlsym(handle_, "llmc_host_run");
+    if (!fn_)
+      error_ = "llmc_host_run not found";
+  }
+  ~HostKernel() {
+    if (handle_)
+      dlclose(handle_);
+  }
+  bool ok() const { return fn_ != nullptr; }
+  const std::string &error() const { return error_; }
+  template <class Fn> Fn get() const { return reinterpret_cast<Fn>(fn_); }
+
+private:
+  TempDir dir_;
+  void *handle_ = nullptr;
+  void *fn_ = nullptr;
+  std::string error_;
+};
+
+/// Deterministic values in [lo, hi).
+inline std::vector<float> randomVector(size_t n, uint32_t seed, float lo = -2.0f,
+                                float hi = 2.0f) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float &x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = lo + (hi - lo) * float((s >> 40) & 0xFFFFFF) / float(1 << 24);
+  }
+  return v;
+}
+
+inline void expectNear(const std::vector<float> &got, const std::vector<double> &want,
+                double tol, const char *what) {
+  ASSERT_EQ(got.size(), want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double err = std::fabs(double(got[i]) - want[i]);
+    if (!(err <= tol * std::max(1.0, std::fabs(want[i])))) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want "
+                      << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+inline bool bitEqual(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// gridDim.x for T rows by the spec's grid rule (KernelSpec.h).
+inline int gridFor(const KernelSpec &spec, int T) {
+  if (spec.gridRule == "rows")
+    return T;
+  if (spec.gridRule.rfind("rows/", 0) == 0) {
+    const size_t star = spec.gridRule.find('*');
+    EXPECT_NE(star, std::string::npos) << spec.gridRule;
+    const int c = std::stoi(spec.gridRule.substr(5, star - 5));
+    return (T + c - 1) / c * std::stoi(spec.gridRule.substr(star + 1));
+  }
+  EXPECT_EQ(spec.gridRule.rfind("rows*", 0), 0u) << spec.gridRule;
+  return T * std::stoi(spec.gridRule.substr(5));
+}
+
+} // namespace llmc::testing

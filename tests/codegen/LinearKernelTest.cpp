@@ -1,0 +1,196 @@
+// llm.linear / llm.logits kernels (codegen/LinearKernel.cpp), run on the CPU
+// through the host emulation against double-precision references over the
+// exactly dequantized weights (runtime/quant: quantize_row, pack_tile into
+// the cuda_mma_n8 layout, dequantize_row).
+
+#include "codegen/KernelFamilies.h"
+#include "runtime/quant/quant_format.h"
+
+#include "HostKernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using llmc::KernelSpec;
+using llmc::testing::HostKernel;
+using llmc::testing::bitEqual;
+using llmc::testing::gridFor;
+using llmc::testing::randomVector;
+namespace quant = llmrt::quant;
+
+using LinearFn = void (*)(const float *, const unsigned char *, const float *,
+                          const int *, float *, int, unsigned);
+
+constexpr const char *kParams =
+    "const float *x, const unsigned char *w, const float *bias, const int *rows, float *y, int T";
+constexpr const char *kArgs = "x, w, bias, rows, y, T";
+
+/// A weight [n, k] in the kernel's storage and its exact f32 values.
+struct Weight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values; // [n, k]
+};
+
+Weight quantizedWeight(const std::string &format, int n, int k, uint32_t seed) {
+  const quant::Format f = quant::parse_format(format).value();
+  const int64_t rb = quant::row_bytes(f, k).value();
+  std::vector<float> src = randomVector(size_t(n) * k, seed);
+  std::vector<uint8_t> rows(size_t(n) * rb);
+  Weight w;
+  w.values.resize(size_t(n) * k);
+  for (int r = 0; r < n; ++r) {
+    quant::quantize_row(f, &src[size_t(r) * k], k, &rows[size_t(r) * rb]);
+    quant::dequantize_row(f, &rows[size_t(r) * rb], k, &w.values[size_t(r) * k]);
+  }
+  const int tiles = (n + 7) / 8;
+  w.bytes.assign(size_t(tiles) * 8 * rb, 0xAB);
+  for (int t = 0; t < tiles; ++t)
+    quant::pack_tile(f, quant::Layout::kCudaMma8, k, &rows[size_t(t) * 8 * rb],
+                     std::min(8, n - 8 * t), &w.bytes[size_t(t) * 8 * rb]);
+  return w;
+}
+
+Weight denseWeight(const std::string &type, int n, int k, uint32_t seed) {
+  std::vector<float> src = randomVector(size_t(n) * k, seed);
+  Weight w;
+  w.values.resize(src.size());
+  if (type == "f32") {
+    w.values = src;
+    w.bytes.resize(src.size() * 4);
+    std::memcpy(w.bytes.data(), src.data(), w.bytes.size());
+    return w;
+  }
+  w.bytes.resize(src.size() * 2);
+  for (size_t i = 0; i < src.size(); ++i) {
+    const uint16_t h = type == "f16" ? quant::float_to_half(src[i]) : quant::float_to_bf16(src[i]);
+    w.values[i] = type == "f16" ? quant::half_to_float(h) : quant::bf16_to_float(h);
+    std::memcpy(&w.bytes[2 * i], &h, 2);
+  }
+  return w;
+}
+
+/// Runs the kernel of `p` over T rows (gathered through `rows` for logits)
+/// and checks every output against the reference; also checks that the grid
+/// size and the other rows of the batch do not change a single bit.
+void checkLinear(const llmc::LinearParams &p, const Weight &w, int T) {
+  SCOPED_TRACE(p.weight + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+               " T=" + std::to_string(T) + (p.bias ? " bias" : "") + (p.gatherRows ? " gather" : ""));
+  auto spec = llmc::emitLinearKernel(p);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  HostKernel kernel(*spec, kParams, kArgs);
+  ASSERT_TRUE(kernel.ok()) << kernel.error();
+  auto run = kernel.get<LinearFn>();
+  const int n = int(p.n), k = int(p.k);
+  const int xrows = p.gatherRows ? T + 3 : T;
+  std::vector<float> x = randomVector(size_t(xrows) * k, 77);
+  std::vector<float> bias = randomVector(n, 78);
+  std::vector<int> rows(T);
+  for (int r = 0; r < T; ++r)
+    rows[r] = (r * 5 + 2) % xrows; // out of order, some rows skipped
+  std::vector<float> y(size_t(T) * n, NAN);
+  run(x.data(), w.bytes.data(), p.bias ? bias.data() : nullptr, p.gatherRows ? rows.data() : nullptr,
+      y.data(), T, gridFor(*spec, T));
+  size_t bad = 0;
+  for (int t = 0; t < T; ++t) {
+    const float *xs = &x[size_t(p.gatherRows ? rows[t] : t) * k];
+    for (int o = 0; o < n; ++o) {
+      double want = p.bias ? bias[o] : 0.0, mag = std::fabs(want);
+      for (int e = 0; e < k; ++e) {
+        want += double(w.values[size_t(o) * k + e]) * xs[e];
+        mag += std::fabs(double(w.values[size_t(o) * k + e]) * xs[e]);
+      }
+      const double got = y[size_t(t) * n + o];
+      if (!(std::fabs(got - want) <= 2e-6 * mag + 1e-6) && ++bad <= 5)
+        ADD_FAILURE() << "y[" << t << ", " << o << "] = " << got << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  // One block walks everything (grid-stride): the same bits.
+  std::vector<float> y1(y.size(), NAN);
+  run(x.data(), w.bytes.data(), p.bias ? bias.data() : nullptr, p.gatherRows ? rows.data() : nullptr,
+      y1.data(), T, 1);
+  EXPECT_TRUE(bitEqual(y, y1));
+  // The last row alone gives the bits it had in the batch.
+  if (T > 1) {
+    std::vector<float> last(n, NAN);
+    const int *r = p.gatherRows ? rows.data() + (T - 1) : nullptr;
+    const float *xs = p.gatherRows ? x.data() : x.data() + size_t(T - 1) * k;
+    run(xs, w.bytes.data(), p.bias ? bias.data() : nullptr, r, last.data(), 1, gridFor(*spec, 1));
+    EXPECT_EQ(std::memcmp(last.data(), &y[size_t(T - 1) * n], n * sizeof(float)), 0);
+  }
+}
+
+TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
+  // GGUF's Q4_0 / Q4_1 / Q8_0, GPTQ/AWQ-style g128 with zero points, and
+  // whole-row groups; k = 96 ends in a short span (3 sub-blocks), n = 20 in
+  // a partial tile.
+  struct Case {
+    const char *format;
+    int n, k;
+  };
+  for (const Case &c : {Case{"int4-g32-f16-sym", 20, 96}, Case{"int4-g32-f16-min", 16, 160},
+                        Case{"int8-g32-f16-sym", 20, 96}, Case{"int4-g128-bf16-zp", 12, 256},
+                        Case{"int8-g64-f32-zp", 9, 192}, Case{"int8-row-bf16-min", 8, 224},
+                        Case{"int4-row-f32-sym", 7, 64}}) {
+    llmc::LinearParams p;
+    p.n = c.n;
+    p.k = c.k;
+    p.weight = c.format;
+    Weight w = quantizedWeight(c.format, c.n, c.k, 11);
+    checkLinear(p, w, 6);
+  }
+}
+
+TEST(LinearKernel, DenseWeightsBiasAndGatheredRows) {
+  for (const char *type : {"f32", "f16", "bf16"}) {
+    llmc::LinearParams p;
+    p.n = 13;
+    p.k = 70;
+    p.weight = type;
+    Weight w = denseWeight(type, 13, 70, 21);
+    checkLinear(p, w, 5);
+    p.bias = true;
+    checkLinear(p, w, 1);
+  }
+  // Logits: rows gathered, quantized and dense.
+  llmc::LinearParams p;
+  p.gatherRows = true;
+  p.n = 24;
+  p.k = 128;
+  p.weight = "int4-g32-f16-min";
+  checkLinear(p, quantizedWeight(p.weight, 24, 128, 31), 3);
+  p.weight = "bf16";
+  checkLinear(p, denseWeight("bf16", 24, 128, 32), 5);
+}
+
+TEST(LinearKernel, EmissionErrors) {
+  llmc::LinearParams p;
+  p.n = 8;
+  p.k = 100; // not a whole number of groups of 32
+  p.weight = "int4-g32-f16-sym";
+  auto bad = llmc::emitLinearKernel(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("linear"), std::string::npos) << bad.status().message();
+  p.k = 128;
+  p.weight = "int3-g32-f16-sym";
+  EXPECT_FALSE(llmc::emitLinearKernel(p).ok());
+  p.weight = "f64";
+  EXPECT_FALSE(llmc::emitLinearKernel(p).ok());
+  p.weight = "f32";
+  p.n = 0;
+  EXPECT_FALSE(llmc::emitLinearKernel(p).ok());
+  // Equal parameters give the same entry; any change another.
+  p.n = 8;
+  EXPECT_EQ(llmc::emitLinearKernel(p)->entry, llmc::emitLinearKernel(p)->entry);
+  llmc::LinearParams q = p;
+  q.bias = true;
+  EXPECT_NE(llmc::emitLinearKernel(p)->entry, llmc::emitLinearKernel(q)->entry);
+}
+
+} // namespace
