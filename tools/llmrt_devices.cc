@@ -2,13 +2,15 @@
 // and with a plan, for each device which kernel image every kernel would load (exact CUBIN,
 // compatible CUBIN, PTX JIT) or why none can. A machine without a driver is not an error here:
 // the command says so and exits 0 (llmrt then runs on the CPU); a plan that cannot run on a
-// present device exits 1.
+// present device exits 1. With a plan it also states the device memory plan (weights,
+// activations, batch buffers, KV-cache blocks) at --memory-utilization before anything is loaded.
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/launch_plan.h"
 #include "runtime/cuda/module_select.h"
 #include "runtime/plan/plan_file.h"
 #include "tools/llmrt_commands.h"
@@ -20,7 +22,11 @@ Subcommand add_devices_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "devices", "CUDA driver and devices (loaded at run time); with a plan, the kernel image each device loads");
   cmd->add_option("plan", *plan_path, "a plan to check against each device");
-  return {cmd, [plan_path]() -> int {
+  auto utilization = std::make_shared<double>(0.9);
+  cmd->add_option("--memory-utilization", *utilization,
+                  "share of each device's memory for the plan: weights, activations, then KV cache")
+      ->check(CLI::Range(0.01, 1.0));
+  return {cmd, [plan_path, utilization]() -> int {
             std::unique_ptr<llmrt::Plan> plan;
             if (!plan_path->empty()) {
               auto p = llmrt::Plan::open(*plan_path);
@@ -62,6 +68,22 @@ Subcommand add_devices_command(CLI::App& app) {
               for (const auto& c : check->choices) per[c.target + (c.jit ? " PTX (JIT)" : " CUBIN")]++;
               for (const auto& [what, n] : per) std::printf("     plan: %d kernels from %s\n", n, what.c_str());
               for (const auto& w : check->warnings) std::printf("     warning: %s\n", w.c_str());
+              const auto* mem = plan->fb().memory();
+              auto m = llmrt::cuda::plan_device_memory(plan->fb(), d, *utilization,
+                                                       mem ? mem->max_tokens_per_step() : 0,
+                                                       mem ? mem->max_seqs_per_step() : 0);
+              if (!m.ok()) {
+                std::printf("     memory: %s\n", std::string(m.status().message()).c_str());
+                status = 1;
+                continue;
+              }
+              const int bs = plan->fb().kv() ? plan->fb().kv()->block_size() : 0;
+              std::printf("     memory at %.2f: weights %s, activations %s, batch and logits %s, KV cache %s "
+                          "(%lld blocks, %lld tokens)\n",
+                          *utilization, llmrt::cuda::format_bytes(m->weights).c_str(),
+                          llmrt::cuda::format_bytes(m->activations).c_str(),
+                          llmrt::cuda::format_bytes(m->batch).c_str(), llmrt::cuda::format_bytes(m->kv).c_str(),
+                          static_cast<long long>(m->kv_blocks), static_cast<long long>(m->kv_blocks) * bs);
             }
             return status;
           }};

@@ -1,5 +1,7 @@
 #include "runtime/cuda/module_select.h"
 
+#include "runtime/cuda/launch_plan.h"
+
 #include <cctype>
 #include <set>
 
@@ -90,7 +92,18 @@ StatusOr<PlanCheck> check_plan(const fb::Plan& plan, const DeviceInfo& device, i
   PlanCheck out;
   std::set<std::string> noted;
   for (int i = 0; i < n; ++i) {
-    ASSIGN_OR_RETURN(ImageChoice c, choose_image(*plan.kernels()->Get(i), device));
+    const fb::Kernel& k = *plan.kernels()->Get(i);
+    // Launch geometry the runtime will use: a known grid rule and a block of 1..1024 threads.
+    const std::string kname = k.name() ? k.name()->str() : "#" + std::to_string(i);
+    auto rule = parse_grid_rule(k.grid_rule() ? k.grid_rule()->string_view() : std::string_view());
+    if (!rule.ok()) return rule.status().with_context("kernel '" + kname + "'");
+    int64_t threads = 1;
+    if (!k.block_dim() || k.block_dim()->size() != 3) threads = 0;
+    else
+      for (int d : *k.block_dim()) threads = d >= 1 && d <= 1024 ? threads * d : 0;
+    if (threads < 1 || threads > 1024)
+      return invalid_argument("kernel '" + kname + "' has a block shape outside 1..1024 threads");
+    ASSIGN_OR_RETURN(ImageChoice c, choose_image(k, device));
     if ((c.jit || c.compatible) && noted.insert(c.target).second)
       out.warnings.push_back(
           c.jit ? "no CUBIN for " + device_text(device) + ": the driver JIT-compiles the " + c.target +

@@ -30,7 +30,8 @@ std::vector<uint8_t> plan_with(const std::vector<std::vector<Img>>& kernels, int
       if (im.cubin) cubin = {0x7f, 'E', 'L', 'F'};
       ims.push_back(fb::CreateKernelImageDirect(b, im.target.c_str(), &ptx, &cubin));
     }
-    ks.push_back(fb::CreateKernelDirect(b, ("k" + std::to_string(k)).c_str(), "f", "", nullptr, "", 0, &ims));
+    const std::vector<int> block = {128, 1, 1};
+    ks.push_back(fb::CreateKernelDirect(b, ("k" + std::to_string(k)).c_str(), "f", "", &block, "rows", 0, &ims));
   }
   auto kv = b.CreateVector(ks);
   fb::PlanBuilder pb(b);

@@ -1,0 +1,116 @@
+#include "runtime/cuda/launch_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace llmrt::cuda {
+namespace {
+
+// A positive decimal below 2^31 at the front of `s`; advances it.
+bool take_number(std::string_view* s, int64_t* out) {
+  size_t n = 0;
+  int64_t v = 0;
+  while (n < s->size() && (*s)[n] >= '0' && (*s)[n] <= '9' && n < 10) v = v * 10 + ((*s)[n++] - '0');
+  if (n == 0 || v <= 0 || v >= (int64_t{1} << 31) || (n < s->size() && (*s)[n] >= '0' && (*s)[n] <= '9'))
+    return false;
+  s->remove_prefix(n);
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
+  auto bad = [&] {
+    return invalid_argument("kernel grid rule '" + std::string(rule) +
+                            "' is not rows, rows*<k> or rows/<c>*<k> (k, c positive integers)");
+  };
+  std::string_view s = rule;
+  if (s.substr(0, 4) != "rows") return bad();
+  s.remove_prefix(4);
+  GridRule r;
+  if (!s.empty() && s[0] == '/') {
+    s.remove_prefix(1);
+    if (!take_number(&s, &r.per) || s.empty() || s[0] != '*') return bad();
+  }
+  if (!s.empty()) {
+    if (s[0] != '*') return bad();
+    s.remove_prefix(1);
+    if (!take_number(&s, &r.times) || !s.empty()) return bad();
+  }
+  return r;
+}
+
+int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid) {
+  if (T <= 0) return 0;
+  const int64_t chunks = (T + rule.per - 1) / rule.per;
+  // chunks * times could overflow only past any real cap: compare by division.
+  if (chunks > max_grid / rule.times) return std::max<int64_t>(1, max_grid);
+  return std::max<int64_t>(1, std::min(chunks * rule.times, max_grid));
+}
+
+std::vector<int> graph_batch_sizes(int max_seqs) {
+  std::vector<int> sizes;
+  for (int s : {1, 2, 4})
+    if (s <= max_seqs) sizes.push_back(s);
+  for (int s = 8; s <= max_seqs; s += 8) sizes.push_back(s);
+  if (max_seqs > 0 && (sizes.empty() || sizes.back() != max_seqs)) sizes.push_back(max_seqs);
+  return sizes;
+}
+
+int graph_bucket(const std::vector<int>& sizes, int n) {
+  auto it = std::lower_bound(sizes.begin(), sizes.end(), n);
+  return it == sizes.end() ? -1 : *it;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,
+                                              double utilization, int max_tokens, int max_seqs) {
+  if (!(utilization > 0.0 && utilization <= 1.0))
+    return invalid_argument("--memory-utilization must be in (0, 1], got " + std::to_string(utilization));
+  const fb::MemoryPlan* mem = plan.memory();
+  const fb::KvSpec* kv = plan.kv();
+  if (!mem || !kv) return invalid_argument("plan has no memory plan or KV spec");
+  if (max_tokens <= 0 || max_seqs <= 0 || max_tokens > mem->max_tokens_per_step() ||
+      max_seqs > mem->max_seqs_per_step())
+    return invalid_argument("step capacity " + std::to_string(max_tokens) + " tokens / " +
+                            std::to_string(max_seqs) + " sequences outside the plan's caps (" +
+                            std::to_string(mem->max_tokens_per_step()) + " / " +
+                            std::to_string(mem->max_seqs_per_step()) + ")");
+  if (kv->block_size() <= 0 || kv->num_layers() <= 0 || kv->num_kv_heads() <= 0 || kv->head_dim() <= 0)
+    return invalid_argument("plan's KV spec has a non-positive size");
+  DeviceMemoryPlan m;
+  m.budget = static_cast<uint64_t>(utilization * static_cast<double>(device.total_memory));
+  if (plan.tensors())
+    for (const fb::Tensor* t : *plan.tensors()) m.weights += t->size();
+  const uint64_t T = static_cast<uint64_t>(max_tokens), S = static_cast<uint64_t>(max_seqs);
+  m.activations = mem->arena_bytes_per_token() * T + mem->workspace_bytes_per_seq() * S +
+                  mem->workspace_bytes_fixed();
+  const uint64_t vocab = plan.model() ? static_cast<uint64_t>(plan.model()->vocab_size()) : 0;
+  const uint64_t max_len = static_cast<uint64_t>(mem->max_model_len());
+  const uint64_t blocks_per_seq = (max_len + kv->block_size() - 1) / kv->block_size();
+  // tokens, positions (i32), kv slots (i64), query_start, context lens, block tables, logit rows
+  // (i32) and the logits (f32, one row per token at most).
+  m.batch = T * (4 + 4 + 8 + 4) + (S + 1) * 4 + S * 4 + S * blocks_per_seq * 4 + T * vocab * 4;
+  m.kv_block_bytes = static_cast<uint64_t>(kv->num_layers()) * 2 * kv->num_kv_heads() * kv->block_size() *
+                     kv->head_dim() * sizeof(float);
+  const uint64_t fixed = m.weights + m.activations + m.batch;
+  const uint64_t need_kv = blocks_per_seq * m.kv_block_bytes;
+  if (fixed + need_kv > m.budget)
+    return resource_exhausted(
+        "the plan does not fit " + device.name + " at --memory-utilization " + std::to_string(utilization) +
+        ": budget " + format_bytes(m.budget) + " of " + format_bytes(device.total_memory) + "; weights " +
+        format_bytes(m.weights) + ", activations " + format_bytes(m.activations) + " (" + std::to_string(max_tokens) +
+        " tokens per step), batch buffers and logits " + format_bytes(m.batch) + ", KV cache for one sequence of " +
+        std::to_string(max_len) + " tokens " + format_bytes(need_kv));
+  m.kv_blocks = static_cast<int64_t>((m.budget - fixed) / m.kv_block_bytes);
+  m.kv = static_cast<uint64_t>(m.kv_blocks) * m.kv_block_bytes;
+  return m;
+}
+
+}  // namespace llmrt::cuda

@@ -1,0 +1,57 @@
+// Host-side planning of the CUDA backend, decided before any GPU call so that it is unit-tested
+// without a GPU: launch geometry from a kernel's grid rule, the decode batch sizes captured as
+// CUDA graphs, and the device memory plan (weights, activations, KV cache under
+// --memory-utilization) that the runtime states before it serves a request.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/plan/plan_generated.h"
+
+namespace llmrt::cuda {
+
+/// A kernel's grid rule (codegen/KernelSpec.h): gridDim.x = ceil(T / per) * times.
+///   "rows" -> {1, 1};  "rows*<k>" -> {1, k};  "rows/<c>*<k>" -> {c, k}.
+struct GridRule {
+  int64_t per = 1;
+  int64_t times = 1;
+};
+/// Errors name the rule; numbers are positive decimals below 2^31.
+StatusOr<GridRule> parse_grid_rule(std::string_view rule);
+/// gridDim.x for T rows, at most max_grid (the kernels walk their items with grid-stride loops,
+/// so a capped grid is still correct); 0 for T = 0 (nothing to launch).
+int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid);
+
+/// Decode batch sizes captured as CUDA graphs: 1, 2, 4, then every multiple of 8 up to
+/// max_seqs, and max_seqs itself (so every batch up to max_seqs replays a graph).
+std::vector<int> graph_batch_sizes(int max_seqs);
+/// The smallest captured size >= n (a batch of n pads to it), or -1 when n exceeds them all.
+int graph_bucket(const std::vector<int>& sizes, int n);
+
+struct DeviceMemoryPlan {
+  uint64_t budget = 0;          // utilization * total device memory
+  uint64_t weights = 0;         // every tensor of the plan
+  uint64_t activations = 0;     // arena (per token * max_tokens) + workspace
+  uint64_t batch = 0;           // per-step inputs (tokens, positions, slots, tables) and logits
+  uint64_t kv_block_bytes = 0;  // one block of every layer, K and V
+  int64_t kv_blocks = 0;        // what the rest of the budget holds
+  uint64_t kv = 0;              // kv_blocks * kv_block_bytes
+  uint64_t total() const { return weights + activations + batch + kv; }
+};
+
+/// The device memory of `plan` on `device` (total_memory) for steps of up to max_tokens rows and
+/// max_seqs sequences. Errors: utilization outside (0, 1]; a plan without forward program, KV
+/// spec or memory plan; resource_exhausted naming every part when weights and activations leave
+/// less KV cache than one sequence of max_model_len tokens needs.
+StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,
+                                              double utilization, int max_tokens, int max_seqs);
+
+/// "1.50 GiB" style.
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace llmrt::cuda

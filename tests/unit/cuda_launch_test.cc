@@ -1,0 +1,154 @@
+// Host-side planning of the CUDA backend (runtime/cuda/launch_plan.h), no GPU needed: grid
+// rules and launch sizes, the CUDA-graph batch buckets, the device memory plan, and the launch
+// checks check_plan adds to module selection.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/launch_plan.h"
+#include "runtime/cuda/module_select.h"
+
+namespace llmrt::cuda {
+namespace {
+
+TEST(CudaLaunch, GridRules) {
+  auto rows = parse_grid_rule("rows");
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->per, 1);
+  EXPECT_EQ(rows->times, 1);
+  auto heads = parse_grid_rule("rows*32");
+  ASSERT_TRUE(heads.ok());
+  EXPECT_EQ(heads->times, 32);
+  auto chunks = parse_grid_rule("rows/4*1024");
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ(chunks->per, 4);
+  EXPECT_EQ(chunks->times, 1024);
+  for (const char* bad : {"", "row", "rows*", "rows*0", "rows/4", "rows/0*3", "rows*3x", "rows**3",
+                          "rows*-1", "rows*2147483648", "cols*2", "rows/4*2*3"}) {
+    auto r = parse_grid_rule(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("grid rule"), std::string::npos);
+  }
+  // ceil(T / per) * times, capped, 0 for no rows.
+  EXPECT_EQ(grid_size(*rows, 7, 1 << 20), 7);
+  EXPECT_EQ(grid_size(*heads, 3, 1 << 20), 96);
+  EXPECT_EQ(grid_size(*chunks, 1, 1 << 20), 1024);
+  EXPECT_EQ(grid_size(*chunks, 5, 1 << 20), 2048);
+  EXPECT_EQ(grid_size(*chunks, 8, 1 << 20), 2048);
+  EXPECT_EQ(grid_size(*chunks, 9, 1500), 1500);
+  EXPECT_EQ(grid_size(*heads, 0, 100), 0);
+  const GridRule huge{1, (int64_t{1} << 31) - 1};
+  EXPECT_EQ(grid_size(huge, int64_t{1} << 40, (int64_t{1} << 31) - 1), (int64_t{1} << 31) - 1);  // no overflow
+}
+
+TEST(CudaLaunch, GraphBuckets) {
+  EXPECT_EQ(graph_batch_sizes(1), (std::vector<int>{1}));
+  EXPECT_EQ(graph_batch_sizes(3), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(graph_batch_sizes(32), (std::vector<int>{1, 2, 4, 8, 16, 24, 32}));
+  EXPECT_EQ(graph_batch_sizes(20), (std::vector<int>{1, 2, 4, 8, 16, 20}));
+  EXPECT_TRUE(graph_batch_sizes(0).empty());
+  const std::vector<int> sizes = graph_batch_sizes(32);
+  EXPECT_EQ(graph_bucket(sizes, 1), 1);
+  EXPECT_EQ(graph_bucket(sizes, 3), 4);
+  EXPECT_EQ(graph_bucket(sizes, 9), 16);
+  EXPECT_EQ(graph_bucket(sizes, 32), 32);
+  EXPECT_EQ(graph_bucket(sizes, 33), -1);  // larger batches run without a graph
+  // Every batch size up to the cap has a bucket no more than 8 above it.
+  for (int n = 1; n <= 32; ++n) {
+    const int b = graph_bucket(sizes, n);
+    EXPECT_GE(b, n);
+    EXPECT_LT(b - n, 8);
+  }
+}
+
+// A plan with a Llama-3-8B-like KV spec and memory plan, weights as one tensor of `weights` bytes.
+std::vector<uint8_t> memory_plan(uint64_t weights) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<int64_t> shape = {1};
+  std::vector<flatbuffers::Offset<fb::Tensor>> ts = {
+      fb::CreateTensorDirect(b, "w", fb::DType::F32, &shape, 0, weights)};
+  auto tensors = b.CreateVector(ts);
+  auto kv = fb::CreateKvSpecDirect(b, 32, 8, 128, 16, fb::DType::F32, "block_head_slot_dim");
+  auto mem = fb::CreateMemoryPlan(b, /*arena per token*/ 200000, /*per seq*/ 1000, /*fixed*/ 4096, 0,
+                                  /*max tokens*/ 2048, /*max seqs*/ 64, /*max len*/ 8192);
+  fb::ModelInfoBuilder mb(b);
+  mb.add_vocab_size(128256);
+  auto model = mb.Finish();
+  fb::PlanBuilder pb(b);
+  pb.add_tensors(tensors);
+  pb.add_kv(kv);
+  pb.add_memory(mem);
+  pb.add_model(model);
+  b.Finish(pb.Finish());
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+TEST(CudaLaunch, DeviceMemoryPlan) {
+  const DeviceInfo h200{0, "NVIDIA H200", 9, 0, uint64_t{141} << 30};
+  auto bytes = memory_plan(uint64_t{16} << 30);
+  const fb::Plan& plan = *flatbuffers::GetRoot<fb::Plan>(bytes.data());
+  auto m = plan_device_memory(plan, h200, 0.9, 512, 32);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->weights, uint64_t{16} << 30);
+  EXPECT_EQ(m->activations, 200000ull * 512 + 1000 * 32 + 4096);
+  // 32 layers x K,V x 8 heads x 16 slots x 128 dims x 4 bytes.
+  EXPECT_EQ(m->kv_block_bytes, 32ull * 2 * 8 * 16 * 128 * 4);
+  EXPECT_GT(m->batch, 512ull * 128256 * 4);  // the logits dominate
+  EXPECT_LE(m->total(), m->budget);
+  EXPECT_GT(m->total() + m->kv_block_bytes, m->budget);  // the KV cache takes all that is left
+  EXPECT_EQ(m->budget, static_cast<uint64_t>(0.9 * static_cast<double>(h200.total_memory)));
+
+  // A lower utilization: fewer blocks; the same fixed parts.
+  auto half = plan_device_memory(plan, h200, 0.5, 512, 32);
+  ASSERT_TRUE(half.ok());
+  EXPECT_LT(half->kv_blocks, m->kv_blocks);
+  EXPECT_EQ(half->weights + half->activations + half->batch, m->weights + m->activations + m->batch);
+
+  // Too small a device: the error names every part.
+  const DeviceInfo small{0, "Small GPU", 8, 6, uint64_t{16} << 30};
+  auto no = plan_device_memory(plan, small, 0.9, 512, 32);
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.status().code(), StatusCode::kResourceExhausted);
+  for (const char* part : {"Small GPU", "weights", "activations", "KV cache", "8192 tokens", "16.00 GiB"})
+    EXPECT_NE(no.status().message().find(part), std::string::npos) << part << ": " << no.status().message();
+
+  EXPECT_FALSE(plan_device_memory(plan, h200, 0.0, 512, 32).ok());
+  EXPECT_FALSE(plan_device_memory(plan, h200, 1.5, 512, 32).ok());
+  EXPECT_FALSE(plan_device_memory(plan, h200, 0.9, 4096, 32).ok());  // above the plan's cap
+  EXPECT_FALSE(plan_device_memory(plan, h200, 0.9, 512, 0).ok());
+}
+
+// check_plan refuses kernels whose launch the runtime could not compute.
+std::vector<uint8_t> kernel_plan(const std::string& rule, std::vector<int> block) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<uint8_t> ptx = {'.', 'v'}, cubin = {0x7f, 'E', 'L', 'F'};
+  std::vector<flatbuffers::Offset<fb::KernelImage>> ims = {fb::CreateKernelImageDirect(b, "sm_90", &ptx, &cubin)};
+  std::vector<flatbuffers::Offset<fb::Kernel>> ks = {
+      fb::CreateKernelDirect(b, "llm_k", "linear", "", &block, rule.c_str(), 0, &ims)};
+  auto kv = b.CreateVector(ks);
+  fb::PlanBuilder pb(b);
+  pb.add_kernels(kv);
+  pb.add_cuda_min_driver_version(13000);
+  b.Finish(pb.Finish());
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+TEST(CudaLaunch, CheckPlanValidatesLaunchGeometry) {
+  const DeviceInfo h200{0, "NVIDIA H200", 9, 0, uint64_t{141} << 30};
+  auto check = [&](const std::string& rule, std::vector<int> block) {
+    auto bytes = kernel_plan(rule, std::move(block));
+    return check_plan(*flatbuffers::GetRoot<fb::Plan>(bytes.data()), h200, 13000);
+  };
+  EXPECT_TRUE(check("rows/4*1024", {128, 1, 1}).ok());
+  auto bad_rule = check("tiles", {128, 1, 1});
+  ASSERT_FALSE(bad_rule.ok());
+  EXPECT_NE(bad_rule.status().message().find("llm_k"), std::string::npos) << bad_rule.status().message();
+  EXPECT_FALSE(check("rows", {2048, 1, 1}).ok());
+  EXPECT_FALSE(check("rows", {128, 1}).ok());
+  EXPECT_FALSE(check("rows", {0, 1, 1}).ok());
+  EXPECT_FALSE(check("rows", {64, 32, 1}).ok());  // 2048 threads
+}
+
+}  // namespace
+}  // namespace llmrt::cuda
