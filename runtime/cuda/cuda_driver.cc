@@ -32,8 +32,62 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(sym("cuDeviceGetName", &name_));
     RETURN_IF_ERROR(sym("cuDeviceGetAttribute", &attr_));
     RETURN_IF_ERROR(sym("cuDeviceTotalMem_v2", &mem_));
+    RETURN_IF_ERROR(sym("cuDevicePrimaryCtxRetain", &retain_));
+    RETURN_IF_ERROR(sym("cuCtxSetCurrent", &set_current_));
+    RETURN_IF_ERROR(sym("cuMemAlloc_v2", &alloc_));
+    RETURN_IF_ERROR(sym("cuMemFree_v2", &free_));
+    RETURN_IF_ERROR(sym("cuMemcpyHtoD_v2", &htod_));
+    RETURN_IF_ERROR(sym("cuMemcpyDtoH_v2", &dtoh_));
+    RETURN_IF_ERROR(sym("cuMemcpyDtoD_v2", &dtod_));
+    RETURN_IF_ERROR(sym("cuModuleLoadData", &load_));
+    RETURN_IF_ERROR(sym("cuModuleGetFunction", &function_));
+    RETURN_IF_ERROR(sym("cuLaunchKernel", &launch_));
+    RETURN_IF_ERROR(sym("cuCtxSynchronize", &sync_));
+    error_name_ = reinterpret_cast<decltype(error_name_)>(dlsym(lib_, "cuGetErrorName"));
     return check(init_(0), "cuInit");
   }
+
+  Status use_device(int ordinal) override {
+    CUdevice d = 0;
+    RETURN_IF_ERROR(check(get_(&d, ordinal), "cuDeviceGet"));
+    void* ctx = nullptr;
+    RETURN_IF_ERROR(check(retain_(&ctx, d), "cuDevicePrimaryCtxRetain"));
+    return check(set_current_(ctx), "cuCtxSetCurrent");
+  }
+  StatusOr<DevicePtr> alloc(uint64_t bytes) override {
+    DevicePtr p = 0;
+    CUresult r = alloc_(&p, bytes);
+    if (r == 2)  // CUDA_ERROR_OUT_OF_MEMORY
+      return resource_exhausted("cuMemAlloc of " + std::to_string(bytes) + " bytes: out of device memory");
+    RETURN_IF_ERROR(check(r, "cuMemAlloc"));
+    return p;
+  }
+  Status free(DevicePtr p) override { return check(free_(p), "cuMemFree"); }
+  Status copy_to_device(DevicePtr dst, const void* src, uint64_t bytes) override {
+    return check(htod_(dst, src, bytes), "cuMemcpyHtoD");
+  }
+  Status copy_to_host(void* dst, DevicePtr src, uint64_t bytes) override {
+    return check(dtoh_(dst, src, bytes), "cuMemcpyDtoH");
+  }
+  Status copy_on_device(DevicePtr dst, DevicePtr src, uint64_t bytes) override {
+    return check(dtod_(dst, src, bytes), "cuMemcpyDtoD");
+  }
+  StatusOr<ModuleHandle> load_module(const void* image, size_t, bool) override {
+    void* m = nullptr;
+    RETURN_IF_ERROR(check(load_(&m, image), "cuModuleLoadData"));
+    return m;
+  }
+  StatusOr<FunctionHandle> get_function(ModuleHandle module, const std::string& name) override {
+    void* f = nullptr;
+    RETURN_IF_ERROR(check(function_(&f, module, name.c_str()), ("cuModuleGetFunction " + name).c_str()));
+    return f;
+  }
+  Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) override {
+    return check(launch_(fn, grid, 1, 1, static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]),
+                         static_cast<unsigned>(block[2]), shared, nullptr, params, nullptr),
+                 "cuLaunchKernel");
+  }
+  Status synchronize() override { return check(sync_(), "cuCtxSynchronize"); }
 
   StatusOr<int> version() override {
     int v = 0;
@@ -70,9 +124,12 @@ class DlDriver : public Driver {
     if (!*out) return internal_error(std::string("libcuda.so.1 has no ") + name + " (driver too old?)");
     return ok_status();
   }
-  static Status check(CUresult r, const char* call) {
+  Status check(CUresult r, const char* call) const {
     if (r == 0) return ok_status();
-    return internal_error(std::string(call) + " failed with CUresult " + std::to_string(r));
+    const char* name = nullptr;
+    if (error_name_) error_name_(r, &name);
+    return internal_error(std::string(call) + " failed with CUresult " + std::to_string(r) +
+                          (name ? std::string(" (") + name + ")" : std::string()));
   }
 
   void* lib_ = nullptr;
@@ -83,6 +140,19 @@ class DlDriver : public Driver {
   CUresult (*name_)(char*, int, CUdevice) = nullptr;
   CUresult (*attr_)(int*, int, CUdevice) = nullptr;
   CUresult (*mem_)(size_t*, CUdevice) = nullptr;
+  CUresult (*retain_)(void**, CUdevice) = nullptr;
+  CUresult (*set_current_)(void*) = nullptr;
+  CUresult (*alloc_)(DevicePtr*, size_t) = nullptr;
+  CUresult (*free_)(DevicePtr) = nullptr;
+  CUresult (*htod_)(DevicePtr, const void*, size_t) = nullptr;
+  CUresult (*dtoh_)(void*, DevicePtr, size_t) = nullptr;
+  CUresult (*dtod_)(DevicePtr, DevicePtr, size_t) = nullptr;
+  CUresult (*load_)(void**, const void*) = nullptr;
+  CUresult (*function_)(void**, void*, const char*) = nullptr;
+  CUresult (*launch_)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                      void**) = nullptr;
+  CUresult (*sync_)() = nullptr;
+  CUresult (*error_name_)(CUresult, const char**) = nullptr;
 };
 
 }  // namespace

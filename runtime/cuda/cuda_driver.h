@@ -19,12 +19,34 @@ struct DeviceInfo {
   uint64_t total_memory = 0;       // bytes
 };
 
+/// A device address (CUdeviceptr).
+using DevicePtr = uint64_t;
+/// Opaque handles of a loaded module (CUmodule) and a kernel in it (CUfunction).
+using ModuleHandle = void*;
+using FunctionHandle = void*;
+
 class Driver {
  public:
   virtual ~Driver() = default;
   /// CUDA driver API version, cuDriverGetVersion's form: 1000 * major + 10 * minor (13000).
   virtual StatusOr<int> version() = 0;
   virtual StatusOr<std::vector<DeviceInfo>> devices() = 0;
+
+  // The calls below act on the device chosen by use_device() (its primary context, current on
+  // the calling thread). Work is ordered on one stream; copies to the host wait for it.
+  virtual Status use_device(int ordinal) = 0;
+  virtual StatusOr<DevicePtr> alloc(uint64_t bytes) = 0;
+  virtual Status free(DevicePtr p) = 0;
+  virtual Status copy_to_device(DevicePtr dst, const void* src, uint64_t bytes) = 0;
+  virtual Status copy_to_host(void* dst, DevicePtr src, uint64_t bytes) = 0;
+  virtual Status copy_on_device(DevicePtr dst, DevicePtr src, uint64_t bytes) = 0;
+  /// A CUBIN, or NUL-terminated PTX text that the driver JIT-compiles.
+  virtual StatusOr<ModuleHandle> load_module(const void* image, size_t size, bool ptx) = 0;
+  virtual StatusOr<FunctionHandle> get_function(ModuleHandle module, const std::string& name) = 0;
+  /// cuLaunchKernel over gridDim (grid, 1, 1), blockDim `block`, dynamic shared memory `shared`;
+  /// params[i] points at the value of the kernel's i-th parameter.
+  virtual Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) = 0;
+  virtual Status synchronize() = 0;
 };
 
 /// dlopen("libcuda.so.1") and cuInit(0). Errors: Unavailable "no CUDA driver: ..." when the

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "runtime/cpu/kernels.h"
+#include "runtime/engine/batch_check.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/engine/profiler.h"
 
@@ -730,65 +731,14 @@ float* CpuExecutor::value_ptr(int id, float* logits) const {
 }
 
 Status CpuExecutor::validate_batch(const BatchInput& b, const float* logits) {
-  const int64_t T = static_cast<int64_t>(b.tokens.size());
-  if (T <= 0) return invalid_argument("batch has no tokens");
-  if (T > max_tokens_)
-    return out_of_range("batch has " + str(T) + " tokens, the executor's cap is " + str(max_tokens_));
-  if (static_cast<int64_t>(b.positions.size()) != T || static_cast<int64_t>(b.kv_slots.size()) != T)
-    return invalid_argument("tokens, positions and kv_slots must have the same length");
-  const int64_t S = static_cast<int64_t>(b.context_lens.size());
-  if (S > max_seqs_)
-    return out_of_range("batch has " + str(S) + " sequences, the executor's cap is " + str(max_seqs_));
-  if (static_cast<int64_t>(b.query_start.size()) != S + 1)
-    return invalid_argument("query_start must have num_seqs + 1 entries");
-  if (S > 0 && (b.max_blocks_per_seq <= 0 ||
-                static_cast<int64_t>(b.block_tables.size()) < S * int64_t{b.max_blocks_per_seq}))
-    return invalid_argument("block_tables must hold num_seqs x max_blocks_per_seq entries");
-  const int64_t L = static_cast<int64_t>(b.logits_indices.size());
-  if (L > T) return invalid_argument("more logits_indices than tokens");
-  if (L > 0 && !logits) return invalid_argument("logits output buffer is null");
-  for (int64_t t = 0; t < T; ++t)
-    if (b.tokens[t] < 0 || b.tokens[t] >= embedding_rows_)
-      return invalid_argument("token " + str(b.tokens[t]) + " at row " + str(t) +
-                              " is outside the vocabulary of " + str(embedding_rows_));
-  if (b.query_start[0] != 0) return invalid_argument("query_start[0] must be 0");
-  const int64_t bs = block_size_;
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t q0 = b.query_start[s], q1 = b.query_start[s + 1];
-    if (q1 < q0 || q1 > T)
-      return invalid_argument("query_start must be non-decreasing and at most num_tokens");
-    const int64_t n = q1 - q0, ctx = b.context_lens[s];
-    if (ctx < n || ctx > max_model_len_ || ctx > int64_t{b.max_blocks_per_seq} * bs)
-      return invalid_argument("sequence " + str(s) + ": context_len " + str(ctx) +
-                              " must cover its " + str(n) + " tokens and fit max_model_len " +
-                              str(max_model_len_) + " and its block table");
-    const int32_t* table = b.block_tables.data() + s * int64_t{b.max_blocks_per_seq};
-    for (int64_t j = 0; j < (ctx + bs - 1) / bs; ++j)
-      if (table[j] < 0 || table[j] >= num_kv_blocks_)
-        return invalid_argument("sequence " + str(s) + ": block table entry " + str(j) + " = " +
-                                str(table[j]) + " outside the " + str(num_kv_blocks_) + " KV blocks");
-    for (int64_t t = q0; t < q1; ++t) {
-      const int64_t p = ctx - n + (t - q0);
-      if (b.positions[t] != p)
-        return invalid_argument("row " + str(t) + " (sequence " + str(s) + ") has position " +
-                                str(b.positions[t]) + ", expected " + str(p) +
-                                " (= context_len - tokens + index)");
-      const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
-      if (b.kv_slots[t] != slot)
-        return invalid_argument("row " + str(t) + " has kv slot " + str(b.kv_slots[t]) +
-                                ", its block table says " + str(slot));
-      seq_of_row_[t] = static_cast<int32_t>(s);
-    }
-  }
-  for (int64_t t = S > 0 ? b.query_start[S] : 0; t < T; ++t) {
-    if (b.kv_slots[t] != -1)
-      return invalid_argument("padding row " + str(t) + " must have kv slot -1");
-    seq_of_row_[t] = -1;
-  }
-  for (int64_t i = 0; i < L; ++i)
-    if (b.logits_indices[i] < 0 || b.logits_indices[i] >= T)
-      return invalid_argument("logits index " + str(b.logits_indices[i]) + " outside the batch");
-  return ok_status();
+  BatchLimits lim;
+  lim.max_tokens = max_tokens_;
+  lim.max_seqs = max_seqs_;
+  lim.max_model_len = max_model_len_;
+  lim.block_size = block_size_;
+  lim.num_kv_blocks = num_kv_blocks_;
+  lim.vocab_rows = embedding_rows_;
+  return check_batch(b, logits, lim, seq_of_row_.data());
 }
 
 void CpuExecutor::set_profiler(Profiler* profiler) {

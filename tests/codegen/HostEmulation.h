@@ -1,34 +1,37 @@
 // Host emulation of the CUDA subset that llmc's generated kernels use, so a
 // test can compile a kernel's exact source as C++ and run it on the CPU.
 //
-// A launch runs the blocks one after another; the threads of a block are real
-// std::threads sharing a std::barrier (__syncthreads), and __shared__ becomes
-// a function-local static, i.e. per-block shared memory since blocks run one
-// at a time. Warp shuffles exchange through a per-block slot array between two
-// waits on the warp's own barrier (warps of a block may run different numbers
-// of loop iterations, as on the GPU). Used only by tests/codegen (compiled at test time into a shared
-// library, one per kernel).
+// A launch runs the blocks one after another on the calling thread. The
+// threads of a block are fibers (ucontext) scheduled round-robin: a fiber runs
+// until it waits at __syncthreads (all live threads of the block) or at a warp
+// barrier (__syncwarp, and the two halves of every warp shuffle: all live
+// threads of its warp), so a barrier costs a context switch instead of an OS
+// thread wake-up. threadIdx is set by the scheduler before it switches to a
+// fiber; __shared__ becomes a function-local static, i.e. per-block shared
+// memory since blocks run one at a time. A launch whose threads can never all
+// meet at a barrier (a divergent __syncthreads) aborts with a message, where
+// the GPU would hang. Used only by tests/codegen (compiled at test time into a
+// shared library, one per kernel).
 #pragma once
 
-#include <barrier>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <math.h>
 #include <memory>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 
 struct LlmcDim3 {
   unsigned x, y, z;
 };
 
-static thread_local LlmcDim3 threadIdx = {0, 0, 0};
-static thread_local LlmcDim3 blockIdx = {0, 0, 0};
+static LlmcDim3 threadIdx = {0, 0, 0};
+static LlmcDim3 blockIdx = {0, 0, 0};
 static LlmcDim3 blockDim = {1, 1, 1};
 static LlmcDim3 gridDim = {1, 1, 1};
-static std::barrier<> *llmcBarrier = nullptr;
-static std::vector<std::unique_ptr<std::barrier<>>> llmcWarpBarriers;
-static uint64_t llmcShuffleSlots[1024];
 
 #define __global__
 #define __device__
@@ -37,11 +40,96 @@ static uint64_t llmcShuffleSlots[1024];
 #define __shared__ static
 #define __launch_bounds__(...)
 
-static inline void __syncthreads() { llmcBarrier->arrive_and_wait(); }
+namespace llmc_emu {
 
-static inline void __syncwarp(unsigned = 0xffffffffu) {
-  llmcWarpBarriers[threadIdx.x / 32]->arrive_and_wait();
+enum class State { kRunnable, kBlockBarrier, kWarpBarrier, kDone };
+
+struct Fiber {
+  ucontext_t ctx;
+  std::unique_ptr<char[]> stack;
+  State state = State::kRunnable;
+};
+
+struct Scheduler {
+  ucontext_t main;
+  std::vector<Fiber> fibers;
+  unsigned current = 0;
+  std::function<void()> kernel;
+};
+
+static Scheduler *sched = nullptr;
+static uint64_t shuffleSlots[1024];
+constexpr size_t kStackBytes = 256 * 1024;
+
+static void trampoline() {
+  sched->kernel();
+  sched->fibers[sched->current].state = State::kDone;
+  swapcontext(&sched->fibers[sched->current].ctx, &sched->main);
 }
+
+static void wait(State s) {
+  Fiber &f = sched->fibers[sched->current];
+  f.state = s;
+  swapcontext(&f.ctx, &sched->main);
+}
+
+// Runs one block's fibers until all are done.
+static void runBlock() {
+  const unsigned n = static_cast<unsigned>(sched->fibers.size());
+  unsigned done = 0;
+  while (done < n) {
+    bool ran = false;
+    for (unsigned t = 0; t < n; ++t) {
+      Fiber &f = sched->fibers[t];
+      if (f.state != State::kRunnable)
+        continue;
+      sched->current = t;
+      threadIdx = {t, 0, 0};
+      swapcontext(&sched->main, &f.ctx);
+      ran = true;
+      if (f.state == State::kDone)
+        ++done;
+    }
+    // Release warps whose live threads all wait at the warp barrier, then the
+    // block when all its live threads wait at __syncthreads.
+    bool released = false;
+    for (unsigned w = 0; w * 32 < n; ++w) {
+      bool all = true, any = false;
+      for (unsigned t = w * 32; t < n && t < w * 32 + 32; ++t) {
+        const State s = sched->fibers[t].state;
+        if (s == State::kDone)
+          continue;
+        any = true;
+        all &= s == State::kWarpBarrier;
+      }
+      if (any && all) {
+        for (unsigned t = w * 32; t < n && t < w * 32 + 32; ++t)
+          if (sched->fibers[t].state == State::kWarpBarrier)
+            sched->fibers[t].state = State::kRunnable;
+        released = true;
+      }
+    }
+    bool all = done < n;
+    for (const Fiber &f : sched->fibers)
+      all &= f.state == State::kDone || f.state == State::kBlockBarrier;
+    if (all) {
+      for (Fiber &f : sched->fibers)
+        if (f.state == State::kBlockBarrier)
+          f.state = State::kRunnable;
+      released = true;
+    }
+    if (!ran && !released && done < n) {
+      std::fprintf(stderr, "HostEmulation: block %u deadlocked (threads wait at different barriers)\n",
+                   blockIdx.x);
+      std::abort();
+    }
+  }
+}
+
+} // namespace llmc_emu
+
+static inline void __syncthreads() { llmc_emu::wait(llmc_emu::State::kBlockBarrier); }
+static inline void __syncwarp(unsigned = 0xffffffffu) { llmc_emu::wait(llmc_emu::State::kWarpBarrier); }
 
 /// __shfl_xor_sync over the whole warp (every lane must call it, as the
 /// generated kernels do: mask 0xffffffff).
@@ -50,11 +138,11 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int laneMask) 
   const unsigned me = threadIdx.x, partner = me ^ unsigned(laneMask);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  llmcShuffleSlots[me] = bits;
+  llmc_emu::shuffleSlots[me] = bits;
   __syncwarp();
   T out = v;
   if (partner / 32 == me / 32 && partner < blockDim.x)
-    std::memcpy(&out, &llmcShuffleSlots[partner], sizeof(T));
+    std::memcpy(&out, &llmc_emu::shuffleSlots[partner], sizeof(T));
   __syncwarp(); // the slots are reused by the next shuffle
   return out;
 }
@@ -71,31 +159,28 @@ static inline float __uint_as_float(unsigned i) {
 }
 
 /// Runs kernel() as a <<<grid, block>>> launch.
-template <class Kernel>
-static void llmcLaunch(unsigned grid, unsigned block, Kernel kernel) {
+template <class Kernel> static void llmcLaunch(unsigned grid, unsigned block, Kernel kernel) {
+  using namespace llmc_emu;
+  Scheduler s;
+  s.kernel = kernel;
+  s.fibers.resize(block);
+  for (Fiber &f : s.fibers)
+    f.stack.reset(new char[kStackBytes]);
+  Scheduler *outer = sched;
+  sched = &s;
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
-  std::barrier<> barrier(static_cast<std::ptrdiff_t>(block));
-  llmcBarrier = &barrier;
-  llmcWarpBarriers.clear();
-  for (unsigned w = 0; w * 32 < block; ++w)
-    llmcWarpBarriers.push_back(std::make_unique<std::barrier<>>(
-        static_cast<std::ptrdiff_t>(block - w * 32 < 32 ? block - w * 32 : 32)));
-  std::vector<std::thread> threads;
-  threads.reserve(block);
-  for (unsigned t = 0; t < block; ++t) {
-    threads.emplace_back([&, t] {
-      threadIdx = {t, 0, 0};
-      for (unsigned b = 0; b < grid; ++b) {
-        blockIdx = {b, 0, 0};
-        kernel();
-        // No thread starts block b+1 (and reuses shared memory) before every
-        // thread has finished block b.
-        barrier.arrive_and_wait();
-      }
-    });
+  for (unsigned b = 0; b < grid; ++b) {
+    blockIdx = {b, 0, 0};
+    for (Fiber &f : s.fibers) {
+      f.state = State::kRunnable;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack.get();
+      f.ctx.uc_stack.ss_size = kStackBytes;
+      f.ctx.uc_link = &s.main;
+      makecontext(&f.ctx, trampoline, 0);
+    }
+    runBlock();
   }
-  for (std::thread &th : threads)
-    th.join();
-  llmcBarrier = nullptr;
+  sched = outer;
 }

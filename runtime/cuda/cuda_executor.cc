@@ -1,0 +1,381 @@
+#include "runtime/cuda/cuda_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/cuda/module_select.h"
+#include "runtime/engine/batch_check.h"
+
+namespace llmrt::cuda {
+
+struct CudaExecutor::Step {
+  fb::OpKind op = fb::OpKind::Unknown;
+  std::string where;
+  std::string family;
+  FunctionHandle fn = nullptr;
+  int block[3] = {1, 1, 1};
+  unsigned shared = 0;
+  GridRule rule;
+  std::vector<int> in, out;
+  std::vector<int> weights;  // plan tensor indices
+  int layer = 0;
+  uint64_t perm_offset = 0;  // PermuteColumns: byte offset of its permutation in perms_
+};
+
+namespace {
+
+constexpr uint64_t kAlign = 256;  // cuMemAlloc's alignment; every tensor keeps it
+constexpr uint64_t kNotInArena = UINT64_MAX;
+
+uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+std::vector<int> trimmed(const flatbuffers::Vector<int32_t>* v) {
+  std::vector<int> out;
+  if (v) out.assign(v->begin(), v->end());
+  while (!out.empty() && out.back() == -1) out.pop_back();
+  return out;
+}
+
+// The kernel family each op runs (codegen/KernelEmitter.cpp).
+const char* family_of(fb::OpKind op) {
+  switch (op) {
+    case fb::OpKind::Embedding: return "embedding";
+    case fb::OpKind::RmsNorm: return "rms_norm";
+    case fb::OpKind::AddRmsNorm: return "add_rms_norm";
+    case fb::OpKind::Add: return "add";
+    case fb::OpKind::Linear: return "linear";
+    case fb::OpKind::PermuteColumns: return "permute_columns";
+    case fb::OpKind::Split: return "split";
+    case fb::OpKind::Rope: return "rope";
+    case fb::OpKind::KvStore: return "kv_store";
+    case fb::OpKind::PagedAttention: return "paged_attention";
+    case fb::OpKind::SiluMul: return "silu_mul";
+    case fb::OpKind::Logits: return "logits";
+    default: return "";
+  }
+}
+
+// One kernel argument: a device pointer or an int (cuLaunchKernel reads each parameter's size
+// from the kernel, so an int is the first 4 bytes of its slot: little-endian hosts only).
+union Arg {
+  uint64_t ptr;
+  int32_t i;
+};
+
+}  // namespace
+
+CudaExecutor::~CudaExecutor() {
+  if (!driver_) return;
+  for (DevicePtr p : allocations_) (void)driver_->free(p);
+}
+
+StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Plan& plan, Driver* driver,
+                                                             const CudaExecutorOptions& options) {
+  if (!driver) return invalid_argument("CUDA executor: no driver");
+  std::unique_ptr<CudaExecutor> ex(new CudaExecutor());
+  ex->driver_ = driver;
+  Status st = ex->init(plan, options);
+  if (!st.ok()) return st.with_context("CUDA executor");
+  return ex;
+}
+
+Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
+  // 1. The program, validated exactly as the CPU backend validates it (ids, widths, weights,
+  //    params, dataflow and memory plan), at the smallest capacity.
+  {
+    CpuExecutorOptions check;
+    check.threads = 1;
+    check.max_tokens_per_step = 1;
+    check.max_seqs_per_step = 1;
+    check.num_kv_blocks = 1;
+    auto validated = CpuExecutor::create(plan, check);
+    if (!validated.ok()) return validated.status();
+    vocab_size_ = (*validated)->vocab_size();
+  }
+  const fb::Plan& p = plan.fb();
+  const fb::KvSpec* kv = p.kv();
+  const fb::MemoryPlan* mem = p.memory();
+  if (kv->dtype() != fb::DType::F32)
+    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32; this plan's is ") +
+                               fb::EnumNameDType(kv->dtype()) + ": compile it with --kv-cache-dtype f32");
+  num_layers_ = kv->num_layers();
+  num_kv_heads_ = kv->num_kv_heads();
+  head_dim_ = kv->head_dim();
+  block_size_ = kv->block_size();
+  if (opt.max_tokens_per_step < 0 || opt.max_tokens_per_step > mem->max_tokens_per_step() ||
+      opt.max_seqs_per_step < 0 || opt.max_seqs_per_step > mem->max_seqs_per_step())
+    return invalid_argument("step capacity beyond the plan's caps (" + std::to_string(mem->max_tokens_per_step()) +
+                            " tokens, " + std::to_string(mem->max_seqs_per_step()) + " sequences)");
+  max_tokens_ = opt.max_tokens_per_step ? opt.max_tokens_per_step : mem->max_tokens_per_step();
+  max_seqs_ = opt.max_seqs_per_step ? opt.max_seqs_per_step : mem->max_seqs_per_step();
+  max_model_len_ = mem->max_model_len() > 0 ? mem->max_model_len()
+                                            : (p.model() ? p.model()->max_position_embeddings() : 0);
+  table_stride_ = (max_model_len_ + block_size_ - 1) / block_size_;
+  if (opt.max_grid < 1) return invalid_argument("max_grid must be >= 1");
+  max_grid_ = opt.max_grid;
+
+  // 2. The device, and the image each kernel loads on it.
+  RETURN_IF_ERROR(driver_->use_device(opt.device));
+  ASSIGN_OR_RETURN(std::vector<DeviceInfo> devices, driver_->devices());
+  if (opt.device < 0 || opt.device >= static_cast<int>(devices.size()))
+    return invalid_argument("no CUDA device " + std::to_string(opt.device) + " (this machine has " +
+                            std::to_string(devices.size()) + ")");
+  device_ = devices[static_cast<size_t>(opt.device)];
+  ASSIGN_OR_RETURN(int driver_version, driver_->version());
+  ASSIGN_OR_RETURN(PlanCheck images, check_plan(p, device_, driver_version));
+  warnings_ = images.warnings;
+
+  // 3. Steps: each one launch of its kernel.
+  RETURN_IF_ERROR(decode(plan));
+
+  // 4. Memory: the plan's budget, then the KV blocks (all that is left, or the number asked).
+  ASSIGN_OR_RETURN(memory_, plan_device_memory(p, device_, opt.memory_utilization, max_tokens_, max_seqs_));
+  if (opt.num_kv_blocks < 0) return invalid_argument("num_kv_blocks must be >= 0");
+  if (opt.num_kv_blocks > 0) {
+    if (opt.num_kv_blocks > memory_.kv_blocks)
+      return resource_exhausted(std::to_string(opt.num_kv_blocks) + " KV blocks do not fit: the budget leaves " +
+                                std::to_string(memory_.kv_blocks));
+    memory_.kv_blocks = opt.num_kv_blocks;
+    memory_.kv = memory_.kv_block_bytes * static_cast<uint64_t>(opt.num_kv_blocks);
+  }
+  if (memory_.kv_blocks > INT32_MAX) memory_.kv_blocks = INT32_MAX;
+  num_kv_blocks_ = static_cast<int>(memory_.kv_blocks);
+  kv_block_bytes_per_layer_ = static_cast<uint64_t>(num_kv_heads_) * block_size_ * head_dim_ * sizeof(float);
+  kv_layer_bytes_ = 2 * kv_block_bytes_per_layer_ * static_cast<uint64_t>(num_kv_blocks_);
+
+  auto allocate = [&](uint64_t bytes, DevicePtr* out) -> Status {
+    ASSIGN_OR_RETURN(*out, driver_->alloc(std::max<uint64_t>(bytes, kAlign)));
+    allocations_.push_back(*out);
+    return ok_status();
+  };
+  // Weights: every tensor at a 256-byte aligned offset of one allocation.
+  const auto* tensors = p.tensors();
+  const int num_tensors = tensors ? static_cast<int>(tensors->size()) : 0;
+  tensor_offset_.resize(static_cast<size_t>(num_tensors));
+  uint64_t weight_bytes = 0;
+  for (int i = 0; i < num_tensors; ++i) {
+    tensor_offset_[static_cast<size_t>(i)] = weight_bytes;
+    weight_bytes = align_up(weight_bytes + tensors->Get(i)->size());
+  }
+  RETURN_IF_ERROR(allocate(weight_bytes, &weights_));
+  for (int i = 0; i < num_tensors; ++i)
+    RETURN_IF_ERROR(driver_->copy_to_device(weights_ + tensor_offset_[static_cast<size_t>(i)], plan.tensor_data(i),
+                                            tensors->Get(i)->size()));
+  const uint64_t T = static_cast<uint64_t>(max_tokens_), S = static_cast<uint64_t>(max_seqs_);
+  RETURN_IF_ERROR(allocate(mem->arena_bytes_per_token() * T, &arena_));
+  RETURN_IF_ERROR(allocate(T * static_cast<uint64_t>(vocab_size_) * sizeof(float), &logits_));
+  RETURN_IF_ERROR(allocate(T * 4, &tokens_));
+  RETURN_IF_ERROR(allocate(T * 4, &positions_));
+  RETURN_IF_ERROR(allocate(T * 8, &slots_));
+  RETURN_IF_ERROR(allocate((S + 1) * 4, &query_start_));
+  RETURN_IF_ERROR(allocate(S * static_cast<uint64_t>(table_stride_) * 4, &tables_));
+  RETURN_IF_ERROR(allocate(T * 4, &logit_rows_));
+  RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
+  table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
+
+  // Permutations (GPTQ desc_act) in one buffer.
+  const fb::Program* prog = plan.program("forward");
+  std::vector<int32_t> perms;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& st = steps_[i];
+    if (st.op != fb::OpKind::PermuteColumns) continue;
+    const fb::Param* perm = find_param(*prog->steps()->Get(static_cast<flatbuffers::uoffset_t>(i)), "perm");
+    st.perm_offset = perms.size() * sizeof(int32_t);
+    for (int64_t v : *perm->ints()) perms.push_back(static_cast<int32_t>(v));  // checked by the CPU decoder
+    while (perms.size() % (kAlign / sizeof(int32_t))) perms.push_back(0);
+  }
+  if (!perms.empty()) {
+    RETURN_IF_ERROR(allocate(perms.size() * sizeof(int32_t), &perms_));
+    RETURN_IF_ERROR(driver_->copy_to_device(perms_, perms.data(), perms.size() * sizeof(int32_t)));
+  }
+
+  // 5. Modules: the chosen image of every kernel a step uses.
+  std::vector<FunctionHandle> functions(images.choices.size(), nullptr);
+  for (Step& st : steps_) {
+    const int k = static_cast<int>(reinterpret_cast<intptr_t>(st.fn));  // decode() left the index here
+    if (!functions[static_cast<size_t>(k)]) {
+      const fb::Kernel& kernel = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(k));
+      const ImageChoice& c = images.choices[static_cast<size_t>(k)];
+      const fb::KernelImage& im = *kernel.images()->Get(static_cast<flatbuffers::uoffset_t>(c.image));
+      ModuleHandle m = nullptr;
+      if (c.jit) {
+        std::string ptx(reinterpret_cast<const char*>(im.ptx()->data()), im.ptx()->size());  // NUL-terminated
+        ASSIGN_OR_RETURN(m, driver_->load_module(ptx.c_str(), ptx.size() + 1, true));
+      } else {
+        ASSIGN_OR_RETURN(m, driver_->load_module(im.cubin()->data(), im.cubin()->size(), false));
+      }
+      modules_.push_back(m);
+      ASSIGN_OR_RETURN(functions[static_cast<size_t>(k)], driver_->get_function(m, kernel.name()->str()));
+    }
+    st.fn = functions[static_cast<size_t>(k)];
+  }
+  return ok_status();
+}
+
+Status CudaExecutor::decode(const Plan& plan) {
+  const fb::Plan& p = plan.fb();
+  const fb::Program* prog = plan.program("forward");
+  const fb::MemoryPlan* mem = p.memory();
+  token_input_ = prog->token_input();
+  position_input_ = prog->position_input();
+  output_ = prog->output();
+  const int num_values = static_cast<int>(prog->values()->size());
+  value_offset_.assign(static_cast<size_t>(num_values), kNotInArena);
+  for (int i = 0; i < num_values; ++i)
+    if (i != token_input_ && i != position_input_ && i != output_)
+      value_offset_[static_cast<size_t>(i)] =
+          prog->values()->Get(i)->offset_per_row() * static_cast<uint64_t>(max_tokens_);
+  (void)mem;
+  const int num_kernels = p.kernels() ? static_cast<int>(p.kernels()->size()) : 0;
+  const int num_steps = static_cast<int>(prog->steps()->size());
+  steps_.resize(static_cast<size_t>(num_steps));
+  for (int i = 0; i < num_steps; ++i) {
+    const fb::Step& s = *prog->steps()->Get(i);
+    Step& st = steps_[static_cast<size_t>(i)];
+    st.op = s.op();
+    st.where = "step " + std::to_string(i) + " (" + fb::EnumNameOpKind(s.op()) +
+               (s.name() ? " '" + s.name()->str() + "'" : std::string()) + ")";
+    if (s.kernel() < 0 || s.kernel() >= num_kernels)
+      return failed_precondition(
+          st.where + " has no GPU kernel: the plan was compiled without --target, or the step's storage has no "
+                     "CUDA kernel (quantized weights need --weight-layout cuda-mma; the KV cache must be f32)");
+    const fb::Kernel& kernel = *p.kernels()->Get(s.kernel());
+    st.family = kernel.family() ? kernel.family()->str() : "";
+    if (st.family != family_of(st.op))
+      return invalid_argument(st.where + ": its kernel '" + (kernel.name() ? kernel.name()->str() : "?") +
+                              "' is of family '" + st.family + "', expected '" + family_of(st.op) + "'");
+    ASSIGN_OR_RETURN(st.rule, parse_grid_rule(kernel.grid_rule()->string_view()));  // check_plan accepted it
+    for (int d = 0; d < 3; ++d) st.block[d] = kernel.block_dim()->Get(static_cast<flatbuffers::uoffset_t>(d));
+    st.shared = kernel.shared_mem_bytes();
+    st.fn = reinterpret_cast<FunctionHandle>(static_cast<intptr_t>(s.kernel()));  // resolved in init()
+    st.in = trimmed(s.inputs());
+    st.out = trimmed(s.outputs());
+    st.weights = trimmed(s.weights());
+    if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
+    if (st.op == fb::OpKind::Embedding) {
+      const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
+      embedding_rows_ = static_cast<int>(table->shape()->Get(0));
+    }
+  }
+  return ok_status();
+}
+
+int CudaExecutor::launches_per_step() const { return static_cast<int>(steps_.size()); }
+
+DevicePtr CudaExecutor::value_ptr(int id) const {
+  if (id == token_input_) return tokens_;
+  if (id == position_input_) return positions_;
+  if (id == output_) return logits_;
+  return arena_ + value_offset_[static_cast<size_t>(id)];
+}
+
+Status CudaExecutor::forward(const BatchInput& b, float* logits) {
+  BatchLimits lim;
+  lim.max_tokens = max_tokens_;
+  lim.max_seqs = max_seqs_;
+  lim.max_model_len = max_model_len_;
+  lim.block_size = block_size_;
+  lim.num_kv_blocks = num_kv_blocks_;
+  lim.vocab_rows = embedding_rows_;
+  RETURN_IF_ERROR(check_batch(b, logits, lim, nullptr));
+  const int T = static_cast<int>(b.tokens.size()), S = static_cast<int>(b.context_lens.size());
+  const int L = static_cast<int>(b.logits_indices.size());
+  // Block tables at a fixed stride (every context fits max_model_len, so table_stride_ blocks).
+  for (int s = 0; s < S; ++s) {
+    const int used = (b.context_lens[s] + block_size_ - 1) / block_size_;
+    std::copy_n(b.block_tables.data() + static_cast<size_t>(s) * b.max_blocks_per_seq, used,
+                table_staging_.data() + static_cast<size_t>(s) * table_stride_);
+  }
+  RETURN_IF_ERROR(driver_->copy_to_device(tokens_, b.tokens.data(), T * 4ull));
+  RETURN_IF_ERROR(driver_->copy_to_device(positions_, b.positions.data(), T * 4ull));
+  RETURN_IF_ERROR(driver_->copy_to_device(slots_, b.kv_slots.data(), T * 8ull));
+  RETURN_IF_ERROR(driver_->copy_to_device(query_start_, b.query_start.data(), (S + 1) * 4ull));
+  if (S > 0)
+    RETURN_IF_ERROR(driver_->copy_to_device(tables_, table_staging_.data(), static_cast<uint64_t>(S) * table_stride_ * 4));
+  if (L > 0) RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, b.logits_indices.data(), L * 4ull));
+
+  std::vector<Arg> args;
+  std::vector<void*> params;
+  for (const Step& st : steps_) {
+    int rows = T;
+    args.clear();
+    auto ptr = [&](DevicePtr v) { args.push_back(Arg{v}); };
+    auto num = [&](int v) {
+      Arg a{0};
+      a.i = v;
+      args.push_back(a);
+    };
+    auto weight = [&](size_t i) {
+      return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
+                                                          : DevicePtr{0};
+    };
+    const DevicePtr kc = kv_ + kv_layer_bytes_ * static_cast<uint64_t>(st.layer);
+    const DevicePtr vc = kc + kv_layer_bytes_ / 2;
+    switch (st.op) {
+      case fb::OpKind::Embedding:
+      case fb::OpKind::RmsNorm:
+        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(value_ptr(st.out[0]));
+        break;
+      case fb::OpKind::AddRmsNorm:
+        ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(weight(0));
+        ptr(value_ptr(st.out[0])), ptr(value_ptr(st.out[1]));
+        break;
+      case fb::OpKind::Rope:
+      case fb::OpKind::Add:
+        ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(value_ptr(st.out[0]));
+        break;
+      case fb::OpKind::SiluMul:
+        for (int id : st.in) ptr(value_ptr(id));
+        ptr(value_ptr(st.out[0]));
+        break;
+      case fb::OpKind::Linear:
+        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(weight(1)), ptr(0), ptr(value_ptr(st.out[0]));
+        break;
+      case fb::OpKind::Logits:
+        rows = L;
+        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(0), ptr(logit_rows_), ptr(logits_);
+        break;
+      case fb::OpKind::PermuteColumns:
+        ptr(value_ptr(st.in[0])), ptr(perms_ + st.perm_offset), ptr(value_ptr(st.out[0]));
+        break;
+      case fb::OpKind::Split:
+        ptr(value_ptr(st.in[0]));
+        for (int id : st.out) ptr(value_ptr(id));
+        break;
+      case fb::OpKind::KvStore:
+        ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(slots_), ptr(kc), ptr(vc);
+        break;
+      case fb::OpKind::PagedAttention:
+        ptr(value_ptr(st.in[0])), ptr(kc), ptr(vc), ptr(positions_), ptr(query_start_), ptr(tables_);
+        num(table_stride_), num(S), ptr(value_ptr(st.out[0]));
+        break;
+      default:
+        return internal_error(st.where + ": no launch for this op");
+    }
+    num(rows);
+    const int64_t grid = grid_size(st.rule, rows, max_grid_);
+    if (grid == 0) continue;
+    params.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i) params[i] = &args[i];
+    Status launched = driver_->launch(st.fn, static_cast<unsigned>(grid), st.block, st.shared, params.data());
+    if (!launched.ok()) return launched.with_context(st.where);
+  }
+  if (L > 0) RETURN_IF_ERROR(driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4));
+  return ok_status();
+}
+
+Status CudaExecutor::copy_kv_block(int32_t src, int32_t dst) {
+  if (src < 0 || src >= num_kv_blocks_ || dst < 0 || dst >= num_kv_blocks_)
+    return invalid_argument("copy_kv_block: block outside the " + std::to_string(num_kv_blocks_) + " KV blocks");
+  if (src == dst) return ok_status();
+  for (int l = 0; l < num_layers_; ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      const DevicePtr base = kv_ + kv_layer_bytes_ * static_cast<uint64_t>(l) + kv_layer_bytes_ / 2 * kv;
+      RETURN_IF_ERROR(driver_->copy_on_device(base + kv_block_bytes_per_layer_ * static_cast<uint64_t>(dst),
+                                              base + kv_block_bytes_per_layer_ * static_cast<uint64_t>(src),
+                                              kv_block_bytes_per_layer_));
+    }
+  return ok_status();
+}
+
+}  // namespace llmrt::cuda

@@ -1,0 +1,100 @@
+// Executes a plan's `forward` program on a CUDA device with the plan's generated kernels: the
+// same batch contract and results as CpuExecutor (runtime/engine/cpu_executor.h), every step one
+// launch of its kernel (Step.kernel), in program order on one stream.
+//
+// create() checks everything before the first request: the program (decoded and validated by
+// the CPU executor's checks at capacity 1, so both backends accept exactly the same plans), that
+// every step has a kernel, which image each kernel loads on this device (module_select.h), and
+// the device memory plan under memory_utilization (launch_plan.h). It then allocates once
+// (weights, activation arena, batch buffers, logits, KV cache), uploads the weights and loads the
+// modules. forward() uploads the batch (block tables repacked to a fixed stride), launches every
+// step with its grid rule and copies the requested logits back.
+//
+// All device calls go through cuda::Driver, so tests run this executor over a driver that
+// emulates the device on the host (tests/unit/cuda_executor_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/launch_plan.h"
+#include "runtime/engine/cpu_executor.h"
+#include "runtime/plan/plan_file.h"
+
+namespace llmrt::cuda {
+
+struct CudaExecutorOptions {
+  int device = 0;                    // ordinal
+  double memory_utilization = 0.9;   // share of the device's memory this executor may use
+  int max_tokens_per_step = 0;       // 0: the plan's cap
+  int max_seqs_per_step = 0;         // 0: the plan's cap
+  int num_kv_blocks = 0;             // 0: what memory_utilization leaves after the rest
+  int max_grid = 65535 * 32;         // cap on gridDim.x (the kernels walk items grid-stride)
+};
+
+class CudaExecutor {
+ public:
+  /// Errors: anything CpuExecutor::create refuses; failed_precondition when a step has no GPU
+  /// kernel (int8 KV cache, quantized weights in a CPU layout: recompile) or no image runs on the
+  /// device; resource_exhausted (memory plan, allocation); driver errors naming the call.
+  static StatusOr<std::unique_ptr<CudaExecutor>> create(const Plan& plan, Driver* driver,
+                                                        const CudaExecutorOptions& options);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  /// As CpuExecutor::forward: logits [L, vocab] for the batch's logits_indices.
+  Status forward(const BatchInput& batch, float* logits);
+  /// Copies KV block src to dst in every layer.
+  Status copy_kv_block(int32_t src, int32_t dst);
+
+  int vocab_size() const { return vocab_size_; }
+  int block_size() const { return block_size_; }
+  int num_kv_blocks() const { return num_kv_blocks_; }
+  int num_layers() const { return num_layers_; }
+  int max_tokens_per_step() const { return max_tokens_; }
+  int max_seqs_per_step() const { return max_seqs_; }
+  int max_model_len() const { return max_model_len_; }
+  const DeviceInfo& device() const { return device_; }
+  const DeviceMemoryPlan& memory() const { return memory_; }
+  /// Module-selection notes (PTX JIT, compatible CUBIN), one per target used.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  /// Kernel launches per forward() (one per step).
+  int launches_per_step() const;
+
+  struct Step;
+
+ private:
+  CudaExecutor() = default;
+  Status init(const Plan& plan, const CudaExecutorOptions& options);
+  Status decode(const Plan& plan);
+  DevicePtr value_ptr(int id) const;
+
+  Driver* driver_ = nullptr;
+  DeviceInfo device_;
+  DeviceMemoryPlan memory_;
+  std::vector<std::string> warnings_;
+  std::vector<Step> steps_;
+  std::vector<uint64_t> value_offset_;  // per value: byte offset in the arena; UINT64_MAX = not there
+  int token_input_ = -1, position_input_ = -1, output_ = -1;
+  int vocab_size_ = 0, embedding_rows_ = 0;
+  int num_layers_ = 0, num_kv_heads_ = 0, head_dim_ = 0, block_size_ = 0;
+  int num_kv_blocks_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_model_len_ = 0, table_stride_ = 0;
+  int max_grid_ = 1;
+
+  // Device memory: one allocation per part, freed by the destructor.
+  std::vector<DevicePtr> allocations_;
+  DevicePtr weights_ = 0, arena_ = 0, kv_ = 0, logits_ = 0;
+  DevicePtr tokens_ = 0, positions_ = 0, slots_ = 0, query_start_ = 0, tables_ = 0, logit_rows_ = 0;
+  DevicePtr perms_ = 0;
+  uint64_t kv_layer_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
+  std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_
+  std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]
+  std::vector<ModuleHandle> modules_;
+};
+
+}  // namespace llmrt::cuda

@@ -1,0 +1,329 @@
+// The CUDA executor (runtime/cuda/cuda_executor.h) end to end without a GPU: plans compiled by
+// llmc with kernel images run through a cuda::Driver that emulates the device on the host.
+// Device memory is host memory; loading a module finds the plan kernel whose image it is and
+// builds that kernel's CUDA C++ source with the host compiler against HostEmulation.h; a launch
+// runs it with the executor's exact parameter block. So everything but the GPU itself is real:
+// module selection, the memory plan, weight upload, argument marshalling, launch geometry, the
+// batch upload and the KV cache. Logits must match the CPU executor on the same plan.
+
+#include "runtime/cuda/cuda_executor.h"
+#include "runtime/engine/cpu_executor.h"
+#include "runtime/plan/plan_file.h"
+
+#include "CodegenTestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using llmc::testing::TempDir;
+namespace cuda = llmrt::cuda;
+
+/// A device emulated on the host (see the file comment).
+class EmulatedDriver : public cuda::Driver {
+public:
+  EmulatedDriver(const llmrt::fb::Plan &plan, uint64_t memory) : plan_(plan), memory_(memory) {}
+  ~EmulatedDriver() override {
+    for (auto &[p, bytes] : live_)
+      std::free(reinterpret_cast<void *>(p));
+    for (void *h : libraries_)
+      dlclose(h);
+  }
+
+  llmrt::StatusOr<int> version() override { return 13000; }
+  llmrt::StatusOr<std::vector<cuda::DeviceInfo>> devices() override {
+    return std::vector<cuda::DeviceInfo>{{0, "Host emulation", 9, 0, memory_}};
+  }
+  llmrt::Status use_device(int ordinal) override {
+    return ordinal == 0 ? llmrt::ok_status() : llmrt::invalid_argument("no device");
+  }
+  llmrt::StatusOr<cuda::DevicePtr> alloc(uint64_t bytes) override {
+    void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!p)
+      return llmrt::resource_exhausted("emulated alloc");
+    std::memset(p, 0xCD, bytes); // device memory is not zeroed
+    live_[reinterpret_cast<cuda::DevicePtr>(p)] = bytes;
+    allocated_ += bytes;
+    return reinterpret_cast<cuda::DevicePtr>(p);
+  }
+  llmrt::Status free(cuda::DevicePtr p) override {
+    auto it = live_.find(p);
+    if (it == live_.end())
+      return llmrt::invalid_argument("free of an unknown pointer");
+    std::free(reinterpret_cast<void *>(p));
+    live_.erase(it);
+    return llmrt::ok_status();
+  }
+  llmrt::Status copy_to_device(cuda::DevicePtr dst, const void *src, uint64_t bytes) override {
+    RETURN_IF_ERROR(inside(dst, bytes));
+    std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
+    return llmrt::ok_status();
+  }
+  llmrt::Status copy_to_host(void *dst, cuda::DevicePtr src, uint64_t bytes) override {
+    RETURN_IF_ERROR(inside(src, bytes));
+    std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+    return llmrt::ok_status();
+  }
+  llmrt::Status copy_on_device(cuda::DevicePtr dst, cuda::DevicePtr src, uint64_t bytes) override {
+    RETURN_IF_ERROR(inside(dst, bytes));
+    RETURN_IF_ERROR(inside(src, bytes));
+    std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
+    return llmrt::ok_status();
+  }
+  llmrt::StatusOr<cuda::ModuleHandle> load_module(const void *image, size_t size, bool ptx) override {
+    // The image is one of the plan's: find its kernel and build that kernel's source.
+    for (const llmrt::fb::Kernel *k : *plan_.kernels())
+      for (const llmrt::fb::KernelImage *im : *k->images()) {
+        const auto *bytes = ptx ? im->ptx() : im->cubin();
+        if (!bytes || (!ptx && bytes->data() != image))
+          continue;
+        if (ptx && std::memcmp(bytes->data(), image, bytes->size()) != 0)
+          continue;
+        (void)size;
+        return build(*k);
+      }
+    return llmrt::invalid_argument("emulated load_module: the image is not one of the plan's");
+  }
+  llmrt::StatusOr<cuda::FunctionHandle> get_function(cuda::ModuleHandle module,
+                                                     const std::string &name) override {
+    auto *m = static_cast<Module *>(module);
+    if (m->entry != name)
+      return llmrt::not_found("no function " + name + " in the module of " + m->entry);
+    return module;
+  }
+  llmrt::Status launch(cuda::FunctionHandle fn, unsigned grid, const int block[3], unsigned shared,
+                       void **params) override {
+    auto *m = static_cast<Module *>(fn);
+    if (grid == 0 || block[0] != m->block || block[1] != 1 || block[2] != 1 || shared != 0)
+      return llmrt::invalid_argument("emulated launch of " + m->entry + ": bad geometry");
+    ++launches_;
+    // Emulation cost grows with blocks x threads: a small grid is exactly as correct (the
+    // kernels walk their items grid-stride) and keeps the test fast.
+    m->run(params, std::min(grid, 4u), static_cast<unsigned>(m->block));
+    return llmrt::ok_status();
+  }
+  llmrt::Status synchronize() override { return llmrt::ok_status(); }
+
+  int launches() const { return launches_; }
+  size_t modules() const { return modules_.size(); }
+
+private:
+  struct Module {
+    std::string entry;
+    int block = 0;
+    void (*run)(void **, unsigned, unsigned) = nullptr;
+  };
+
+  llmrt::Status inside(cuda::DevicePtr p, uint64_t bytes) const {
+    auto it = live_.upper_bound(p);
+    if (it == live_.begin())
+      return llmrt::invalid_argument("emulated copy outside device memory");
+    --it;
+    if (p + bytes > it->first + it->second)
+      return llmrt::invalid_argument("emulated copy past the end of an allocation");
+    return llmrt::ok_status();
+  }
+
+  llmrt::StatusOr<cuda::ModuleHandle> build(const llmrt::fb::Kernel &k) {
+    const std::string entry = k.name()->str();
+    for (auto &m : modules_)
+      if (m->entry == entry)
+        return static_cast<cuda::ModuleHandle>(m.get());
+    std::string src =
+        "#include \"HostEmulation.h\"\n#include <type_traits>\n#include <utility>\n" + k.source()->str() +
+        "\ntemplate <class... A, std::size_t... I>\n"
+        "static void llmcCall(void (*f)(A...), void **p, std::index_sequence<I...>) {\n"
+        "  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>> *>(p[I])...);\n}\n"
+        "template <class... A> static void llmcCallAll(void (*f)(A...), void **p) {\n"
+        "  llmcCall(f, p, std::index_sequence_for<A...>{});\n}\n"
+        "extern \"C\" void llmc_launch(void **params, unsigned grid, unsigned block) {\n"
+        "  llmcLaunch(grid, block, [&] { llmcCallAll(&" + entry + ", params); });\n}\n";
+    const std::string cc = dir_.file(entry + ".cpp"), lib = dir_.file(entry + ".so");
+    llmc::testing::writeFile(cc, src.data(), src.size());
+    auto r = llmc::testing::runCommand(std::string("'") + LLMC_HOST_CXX +
+                                           "' -std=c++20 -O1 -fPIC -shared -pthread -w -I'" +
+                                           LLMC_HOST_EMULATION_DIR + "' '" + cc + "' -o '" + lib + "'",
+                                       dir_.file(entry + ".log"));
+    if (r.exitCode != 0)
+      return llmrt::internal_error("host build of " + entry + " failed:\n" + r.output);
+    void *h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+      return llmrt::internal_error(std::string("dlopen: ") + dlerror());
+    libraries_.push_back(h);
+    auto m = std::make_unique<Module>();
+    m->entry = entry;
+    m->block = k.block_dim()->Get(0);
+    m->run = reinterpret_cast<void (*)(void **, unsigned, unsigned)>(dlsym(h, "llmc_launch"));
+    modules_.push_back(std::move(m));
+    return static_cast<cuda::ModuleHandle>(modules_.back().get());
+  }
+
+  const llmrt::fb::Plan &plan_;
+  uint64_t memory_;
+  TempDir dir_;
+  std::map<cuda::DevicePtr, uint64_t> live_;
+  uint64_t allocated_ = 0;
+  std::vector<void *> libraries_;
+  std::vector<std::unique_ptr<Module>> modules_;
+  int launches_ = 0;
+};
+
+/// `llmc compile <model> -o <dir>/plan.fb <args>`.
+std::string compilePlan(const TempDir &dir, const std::string &model, const std::string &args) {
+  const std::string plan = dir.file("plan.fb");
+  auto r = llmc::testing::runCommand(std::string("'") + LLMC_BIN + "' compile '" + model + "' -o '" + plan +
+                                         "' -q " + args,
+                                     dir.file("llmc.log"));
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  return plan;
+}
+
+/// One step's batch over fixed, scrambled blocks: sequence s owns blocks s*mb .. s*mb + mb - 1
+/// (reversed), its rows are positions ctx[s] - n[s] .. ctx[s] - 1; logits for every row.
+struct Step {
+  std::vector<int32_t> tokens, positions, qs = {0}, ctx, tables, idx;
+  std::vector<int64_t> slots;
+  int mb = 0;
+  llmrt::BatchInput input() const {
+    llmrt::BatchInput b;
+    b.tokens = tokens;
+    b.positions = positions;
+    b.kv_slots = slots;
+    b.query_start = qs;
+    b.context_lens = ctx;
+    b.block_tables = tables;
+    b.max_blocks_per_seq = mb;
+    b.logits_indices = idx;
+    return b;
+  }
+};
+
+Step makeStep(const std::vector<int> &ctx, const std::vector<int> &rows, int bs, int mb, int vocab, int seed) {
+  Step st;
+  st.mb = mb;
+  for (size_t s = 0; s < ctx.size(); ++s) {
+    for (int j = 0; j < mb; ++j)
+      st.tables.push_back(int32_t(s) * mb + (mb - 1 - j));
+    for (int p = ctx[s] - rows[s]; p < ctx[s]; ++p) {
+      st.idx.push_back(int32_t(st.tokens.size()));
+      st.tokens.push_back((p * 37 + int(s) * 11 + seed) % vocab);
+      st.positions.push_back(p);
+      st.slots.push_back(int64_t(st.tables[s * mb + p / bs]) * bs + p % bs);
+    }
+    st.qs.push_back(int32_t(st.tokens.size()));
+    st.ctx.push_back(ctx[s]);
+  }
+  return st;
+}
+
+void expectLogitsClose(const std::vector<float> &gpu, const std::vector<float> &cpu, double tol) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gpu[i])) << i;
+    worst = std::max(worst, std::fabs(double(gpu[i]) - cpu[i]));
+    scale = std::max(scale, std::fabs(double(cpu[i])));
+  }
+  EXPECT_LE(worst, tol * std::max(1.0, scale)) << "max |gpu - cpu| " << worst << ", max |logit| " << scale;
+}
+
+/// Prefill of two sequences (one spanning blocks), then a decode step of both, on both
+/// executors; logits compared at every row.
+void runBothAndCompare(const std::string &planPath, double tol) {
+  auto plan = llmrt::Plan::open(planPath);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  cuda::CudaExecutorOptions go;
+  go.max_tokens_per_step = 32;
+  go.max_seqs_per_step = 4;
+  go.num_kv_blocks = 16;
+  auto gpu = cuda::CudaExecutor::create(**plan, &driver, go);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  llmrt::CpuExecutorOptions co;
+  co.threads = 2;
+  co.max_tokens_per_step = 32;
+  co.max_seqs_per_step = 4;
+  co.num_kv_blocks = 16;
+  // The CUDA kernels multiply f32 activations with exactly dequantized weights: the CPU's
+  // reference contract (the plan may ask for "fast", which quantizes activations to int8).
+  co.cpu_kernels = "reference";
+  auto cpu = llmrt::CpuExecutor::create(**plan, co);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  ASSERT_EQ((*gpu)->vocab_size(), (*cpu)->vocab_size());
+  const int V = (*cpu)->vocab_size(), bs = (*cpu)->block_size();
+  const int mb = 16 / 4;
+  EXPECT_GE((*gpu)->memory().kv_block_bytes, 1u);
+  for (const Step &st : {makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1),    // prefill
+                         makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)}) {      // decode
+    std::vector<float> lg(st.idx.size() * V, NAN), lc(lg.size(), NAN);
+    auto s1 = (*gpu)->forward(st.input(), lg.data());
+    ASSERT_TRUE(s1.ok()) << s1.to_string();
+    auto s2 = (*cpu)->forward(st.input(), lc.data());
+    ASSERT_TRUE(s2.ok()) << s2.to_string();
+    expectLogitsClose(lg, lc, tol);
+  }
+  EXPECT_EQ(driver.launches(), 2 * (*gpu)->launches_per_step());
+  // Copy-on-write of a KV block, then decode from the copy: the same logits as from the source.
+  ASSERT_TRUE((*gpu)->copy_kv_block(mb - 1, 15).ok());
+  ASSERT_TRUE((*cpu)->copy_kv_block(mb - 1, 15).ok());
+  EXPECT_FALSE((*gpu)->copy_kv_block(0, 16).ok());
+  // A bad batch is refused before anything runs.
+  Step bad = makeStep({3}, {3}, bs, mb, V, 3);
+  bad.tokens[0] = V + 5;
+  std::vector<float> lg(bad.idx.size() * V);
+  EXPECT_FALSE((*gpu)->forward(bad.input(), lg.data()).ok());
+}
+
+TEST(CudaExecutor, F32PlanMatchesTheCpuExecutor) {
+  TempDir dir;
+  const std::string plan =
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_80,sm_90");
+  runBothAndCompare(plan, 1e-4);
+}
+
+TEST(CudaExecutor, GptqDescActInTheMmaLayoutMatchesTheCpuExecutor) {
+  TempDir dir;
+  const std::string plan =
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/gptq_4bit_desc_act",
+                  "--target sm_90 --weight-layout cuda-mma");
+  runBothAndCompare(plan, 1e-4);
+}
+
+TEST(CudaExecutor, RefusesPlansItCannotRun) {
+  const std::string model = std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama";
+  struct Case {
+    const char *args;
+    const char *needle;
+  };
+  for (const Case &c : {Case{"--target none", "no GPU kernel images"},
+                        Case{"--target sm_90 --kv-cache-dtype int8", "--kv-cache-dtype f32"},
+                        Case{"--target sm_100", "sm_100"}}) {
+    SCOPED_TRACE(c.args);
+    TempDir dir;
+    auto plan = llmrt::Plan::open(compilePlan(dir, model, c.args));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+    auto ex = cuda::CudaExecutor::create(**plan, &driver, {});
+    ASSERT_FALSE(ex.ok());
+    EXPECT_NE(ex.status().message().find(c.needle), std::string::npos) << ex.status().message();
+  }
+  // A device too small for the plan: the memory plan says so before allocating.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(compilePlan(dir, model, "--target sm_90"));
+  ASSERT_TRUE(plan.ok());
+  EmulatedDriver tiny((*plan)->fb(), 64 << 10);
+  auto ex = cuda::CudaExecutor::create(**plan, &tiny, {});
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().code(), llmrt::StatusCode::kResourceExhausted) << ex.status().to_string();
+}
+
+} // namespace
