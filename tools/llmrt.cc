@@ -6,6 +6,7 @@
 
 #include "runtime/base/npy.h"
 #include "runtime/chat/chat_template.h"
+#include "runtime/engine/make_executor.h"
 #include "runtime/engine/profiler.h"
 #include "runtime/generate/generator.h"
 #include "runtime/plan/plan_file.h"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   int max_tokens = 64, threads = 0;
   bool pin_threads = false;
   std::string cpu_kernels;
+  std::string device = "cpu";
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
   run->add_option("plan", plan_path, "plan file from llmc compile")->required();
@@ -68,6 +70,9 @@ int main(int argc, char** argv) {
   run->add_option("--frequency-penalty", sp.frequency_penalty);
   run->add_option("--seed", sp.seed);
   run->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--device", device,
+                  "cpu (default), cuda[:N] (the plan's GPU kernels; an error if they cannot run) or auto "
+                  "(cuda when it can run the plan, else cpu)");
   run->add_flag("--pin-threads", pin_threads, "pin each CPU thread to one core");
   run->add_option("--cpu-kernels", cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
@@ -189,6 +194,8 @@ int main(int argc, char** argv) {
   for (auto& r : requests) r.sampling = sp;
 
   llmrt::GeneratorOptions gopts;
+  if (auto s = llmrt::check_device_name(device); !s.ok()) return fail(s);
+  gopts.device = device;
   gopts.executor.threads = threads;
   gopts.executor.pin_threads = pin_threads;
   gopts.executor.cpu_kernels = cpu_kernels;
@@ -203,6 +210,7 @@ int main(int argc, char** argv) {
   auto gen_or = llmrt::Generator::create(plan, gopts);
   if (!gen_or.ok()) return fail(gen_or.status());
   llmrt::Generator& gen = *gen_or.value();
+  if (!gen.device_note().empty()) std::fprintf(stderr, "llmrt: %s\n", gen.device_note().c_str());
   std::unique_ptr<llmrt::Profiler> profiler;
   if (profile || !trace_path.empty()) {
     profiler = std::make_unique<llmrt::Profiler>(llmrt::ProfilerOptions{.keep_events = !trace_path.empty()});

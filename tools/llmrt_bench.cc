@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/engine/make_executor.h"
 #include "runtime/engine/profiler.h"
 #include "runtime/generate/generator.h"
 #include "runtime/plan/plan_file.h"
@@ -55,6 +56,7 @@ struct BenchFlags {
   std::string trace;
   std::string seed = "1234";
   std::string cpu_kernels;  // "" = the plan's
+  std::string device = "cpu";
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
@@ -301,6 +303,8 @@ int run_bench(const BenchFlags& f) {
                                           llmrt::isa_name(llmrt::detected_isa())));
     llmrt::set_active_isa(want);
   }
+  if (auto s = llmrt::check_device_name(f.device); !s.ok()) return fail(s);
+  gopts.device = f.device;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -309,6 +313,7 @@ int run_bench(const BenchFlags& f) {
   auto gen_or = llmrt::Generator::create(plan, gopts);
   if (!gen_or.ok()) return fail(gen_or.status());
   llmrt::Generator& gen = *gen_or.value();
+  if (!gen.device_note().empty()) std::fprintf(stderr, "llmrt bench: %s\n", gen.device_note().c_str());
 
   std::unique_ptr<llmrt::Profiler> profiler;
   if (f.profile || !f.trace.empty())
@@ -321,8 +326,10 @@ int run_bench(const BenchFlags& f) {
   const bool text = !f.json;
   const bool with_base = baseline.has_value();
   if (text) {
-    std::printf("llmrt bench: %s%s, threads %d, ISA %s, kernels %s, %d repetition%s, steps of up to %d tokens\n",
-                plan_name.c_str(), model.empty() ? "" : (" (" + model + ")").c_str(), threads, isa,
+    std::printf("llmrt bench: %s%s, device %s, threads %d, ISA %s, kernels %s, %d repetition%s, steps of up to %d "
+                "tokens\n",
+                plan_name.c_str(), model.empty() ? "" : (" (" + model + ")").c_str(),
+                gen.executor().device_name().c_str(), threads, isa,
                 gen.executor().cpu_kernels(), c.repetitions, c.repetitions == 1 ? "" : "s", budget);
     std::printf("| %-14s | %7s | %5s | %20s |%s\n", "test", "tokens", "batch", "t/s",
                 with_base ? " vs baseline |" : "");
@@ -369,6 +376,7 @@ int run_bench(const BenchFlags& f) {
   j["threads"] = threads;
   j["isa"] = isa;
   j["cpu_kernels"] = gen.executor().cpu_kernels();
+  j["device"] = gen.executor().device_name();
   j["repetitions"] = c.repetitions;
   j["seed"] = c.seed;
   j["step_tokens"] = budget;
@@ -423,6 +431,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--tg", f.tg, "tokens generated per sequence in the decode tests (0: skip)")->capture_default_str();
   cmd->add_option("--batch", f.batch, "batch sizes of the batched decode tests, comma separated (0: none)")->capture_default_str();
   cmd->add_option("--isa", f.isa, "SIMD level of the CPU kernels (scalar, avx2, avx2-vnni, avx512-vnni; default: the best this CPU has)");
+  cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

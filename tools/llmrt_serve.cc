@@ -13,6 +13,7 @@
 
 #include "runtime/plan/plan_file.h"
 #include "runtime/plan/plan_inspect.h"
+#include "runtime/engine/make_executor.h"
 #include "runtime/serve/engine.h"
 #include "runtime/serve/metrics.h"
 #include "runtime/serve/openai_server.h"
@@ -36,6 +37,7 @@ struct ServeFlags {
   int threads = 0;
   bool pin_threads = false;
   std::string cpu_kernels;
+  std::string device = "cpu";
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   int max_model_len = 0;
@@ -169,6 +171,7 @@ int run_serve(const ServeFlags& f) {
   eo.threads = f.threads;
   eo.pin_threads = f.pin_threads;
   eo.cpu_kernels = f.cpu_kernels;
+  eo.device = f.device;
   eo.max_num_batched_tokens = f.max_num_batched_tokens;
   eo.max_num_seqs = f.max_num_seqs;
   eo.max_model_len = f.max_model_len;
@@ -185,10 +188,10 @@ int run_serve(const ServeFlags& f) {
   std::unique_ptr<llmrt::Engine> engine = std::move(engine_or.value());
   const llmrt::EngineConfig& c = engine->config();
   std::fprintf(stderr,
-               "llmrt: model %s: weights %s, workspace %s, KV cache %s (%d blocks of %d tokens)\n"
+               "llmrt: model %s on %s: weights %s, workspace %s, KV cache %s (%d blocks of %d tokens)\n"
                "llmrt: max_model_len %d, max concurrency at max_model_len %lld, "
                "%d threads, %d tokens and %d sequences per step, prefix caching %s\n",
-               model_name.c_str(), mib(c.weight_bytes).c_str(), mib(c.workspace_bytes).c_str(),
+               model_name.c_str(), c.device.c_str(), mib(c.weight_bytes).c_str(), mib(c.workspace_bytes).c_str(),
                mib(c.kv_cache_bytes).c_str(), c.num_kv_blocks, c.block_size, c.max_model_len,
                static_cast<long long>(c.max_concurrency_at_max_len), c.threads, c.max_num_batched_tokens,
                c.max_num_seqs, f.no_prefix_caching ? "off" : "on");
@@ -217,6 +220,11 @@ Subcommand add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", f.served_model_name, "model id clients send (default: the file or folder name without extension)");
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--pin-threads", f.pin_threads, "pin each CPU thread to one core");
+  cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)")
+      ->check([](const std::string& d) {
+        auto s = llmrt::check_device_name(d);
+        return s.ok() ? std::string() : std::string(s.message());
+      });
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

@@ -64,6 +64,18 @@ union Arg {
 
 }  // namespace
 
+StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Plan& plan, std::unique_ptr<Driver> driver,
+                                                             const CudaExecutorOptions& options) {
+  Driver* d = driver.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> ex, create(plan, d, options));
+  ex->owned_driver_ = std::move(driver);
+  return ex;
+}
+
+std::string CudaExecutor::device_name() const {
+  return "cuda:" + std::to_string(device_.ordinal) + " (" + device_.name + ")";
+}
+
 CudaExecutor::~CudaExecutor() {
   if (!driver_) return;
   for (DevicePtr p : allocations_) (void)driver_->free(p);

@@ -36,29 +36,37 @@ struct CudaExecutorOptions {
   int max_grid = 65535 * 32;         // cap on gridDim.x (the kernels walk items grid-stride)
 };
 
-class CudaExecutor {
+class CudaExecutor : public Executor {
  public:
   /// Errors: anything CpuExecutor::create refuses; failed_precondition when a step has no GPU
   /// kernel (int8 KV cache, quantized weights in a CPU layout: recompile) or no image runs on the
   /// device; resource_exhausted (memory plan, allocation); driver errors naming the call.
   static StatusOr<std::unique_ptr<CudaExecutor>> create(const Plan& plan, Driver* driver,
                                                         const CudaExecutorOptions& options);
-  ~CudaExecutor();
+  /// The same, owning the driver.
+  static StatusOr<std::unique_ptr<CudaExecutor>> create(const Plan& plan, std::unique_ptr<Driver> driver,
+                                                        const CudaExecutorOptions& options);
+  ~CudaExecutor() override;
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
   /// As CpuExecutor::forward: logits [L, vocab] for the batch's logits_indices.
-  Status forward(const BatchInput& batch, float* logits);
+  Status forward(const BatchInput& batch, float* logits) override;
   /// Copies KV block src to dst in every layer.
-  Status copy_kv_block(int32_t src, int32_t dst);
+  Status copy_kv_block(int32_t src, int32_t dst) override;
 
-  int vocab_size() const { return vocab_size_; }
-  int block_size() const { return block_size_; }
-  int num_kv_blocks() const { return num_kv_blocks_; }
+  int vocab_size() const override { return vocab_size_; }
+  int block_size() const override { return block_size_; }
+  int num_kv_blocks() const override { return num_kv_blocks_; }
   int num_layers() const { return num_layers_; }
-  int max_tokens_per_step() const { return max_tokens_; }
-  int max_seqs_per_step() const { return max_seqs_; }
-  int max_model_len() const { return max_model_len_; }
+  int max_tokens_per_step() const override { return max_tokens_; }
+  int max_seqs_per_step() const override { return max_seqs_; }
+  int max_model_len() const override { return max_model_len_; }
+  size_t workspace_bytes() const override { return memory_.activations + memory_.batch; }
+  size_t kv_cache_bytes() const override { return memory_.kv; }
+  std::string device_name() const override;
+  int num_threads() const override { return 0; }
+  const char* cpu_kernels() const override { return "cuda"; }
   const DeviceInfo& device() const { return device_; }
   const DeviceMemoryPlan& memory() const { return memory_; }
   /// Module-selection notes (PTX JIT, compatible CUBIN), one per target used.
@@ -74,6 +82,7 @@ class CudaExecutor {
   Status decode(const Plan& plan);
   DevicePtr value_ptr(int id) const;
 
+  std::unique_ptr<Driver> owned_driver_;
   Driver* driver_ = nullptr;
   DeviceInfo device_;
   DeviceMemoryPlan memory_;

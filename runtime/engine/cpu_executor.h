@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/engine/executor.h"
 #include "runtime/plan/plan_file.h"
 
 namespace llmrt {
@@ -28,17 +29,6 @@ struct KvUnmapDeleter {
   void operator()(float* p) const;
 };
 
-/// One step's batch (see PROGRAM.md). Rows query_start[S] .. T-1 are padding (kv_slots -1).
-struct BatchInput {
-  std::span<const int32_t> tokens, positions;  // [T]
-  std::span<const int64_t> kv_slots;           // [T], -1 = padding
-  std::span<const int32_t> query_start;        // [S+1]
-  std::span<const int32_t> context_lens;       // [S]
-  std::span<const int32_t> block_tables;       // [S * max_blocks_per_seq]
-  int32_t max_blocks_per_seq = 0;
-  std::span<const int32_t> logits_indices;     // [L]
-};
-
 struct CpuExecutorOptions {
   int threads = 0;              // 0: the CPUs this process may use (its affinity mask)
   bool pin_threads = false;     // pin each pool thread to one of those CPUs
@@ -51,7 +41,7 @@ struct CpuExecutorOptions {
   std::string cpu_kernels;
 };
 
-class CpuExecutor {
+class CpuExecutor : public Executor {
  public:
   /// Decodes and validates plan.program("forward"). The executor reads weights in place: `plan`
   /// must outlive it. Errors: not_found (no forward program), invalid_argument (inconsistent
@@ -59,33 +49,34 @@ class CpuExecutor {
   /// lacks), resource_exhausted (allocation).
   static StatusOr<std::unique_ptr<CpuExecutor>> create(const Plan& plan,
                                                        const CpuExecutorOptions& options);
-  ~CpuExecutor();
+  ~CpuExecutor() override;
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
 
   /// Runs one step; writes logits [L, vocab] (row i for logits_indices[i]). Every sequence's
   /// positions must be context_len - n .. context_len - 1 (n = its rows in this step) and every
   /// row's kv slot must be the block-table slot of its position.
-  Status forward(const BatchInput& batch, float* logits);
+  Status forward(const BatchInput& batch, float* logits) override;
   /// Attaches a profiler (nullptr detaches): forward() then times every step into it
   /// (runtime/engine/profiler.h). Without one, forward() does no profiling work.
-  void set_profiler(Profiler* profiler);
+  void set_profiler(Profiler* profiler) override;
   /// Copies physical KV block src to dst in every layer (copy-on-write after BlockManager::fork).
-  Status copy_kv_block(int32_t src, int32_t dst);
+  Status copy_kv_block(int32_t src, int32_t dst) override;
 
-  int vocab_size() const { return vocab_size_; }
-  int block_size() const { return block_size_; }
-  int num_kv_blocks() const { return num_kv_blocks_; }
+  int vocab_size() const override { return vocab_size_; }
+  int block_size() const override { return block_size_; }
+  int num_kv_blocks() const override { return num_kv_blocks_; }
   int num_layers() const { return num_layers_; }
-  int max_tokens_per_step() const { return max_tokens_; }
-  int max_seqs_per_step() const { return max_seqs_; }
-  int max_model_len() const { return max_model_len_; }
-  int num_threads() const;
-  size_t workspace_bytes() const;
-  size_t kv_cache_bytes() const { return kv_bytes_; }
+  int max_tokens_per_step() const override { return max_tokens_; }
+  int max_seqs_per_step() const override { return max_seqs_; }
+  int max_model_len() const override { return max_model_len_; }
+  int num_threads() const override;
+  size_t workspace_bytes() const override;
+  size_t kv_cache_bytes() const override { return kv_bytes_; }
+  std::string device_name() const override { return "cpu"; }
   bool kv_int8() const { return kv_i8_; }
   /// "reference" | "fast": the contract quantized weights run under.
-  const char* cpu_kernels() const;
+  const char* cpu_kernels() const override;
 
   struct Step;
   struct ValueInfo;

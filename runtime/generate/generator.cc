@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/engine/make_executor.h"
 #include "runtime/kv/block_manager.h"
 #include "runtime/plan/plan_file.h"
 
@@ -11,7 +12,14 @@ Generator::~Generator() = default;
 
 StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const GeneratorOptions& options) {
   std::unique_ptr<Generator> g(new Generator());
-  ASSIGN_OR_RETURN(g->executor_, CpuExecutor::create(plan, options.executor));
+  ExecutorOptions eo;
+  eo.device = options.device;
+  eo.cpu = options.executor;
+  eo.cuda.memory_utilization = options.gpu_memory_utilization;
+  eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
+  eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;
+  eo.cuda.num_kv_blocks = options.executor.num_kv_blocks;
+  ASSIGN_OR_RETURN(g->executor_, make_executor(plan, eo, &g->device_note_));
   g->eos_ids_ = options.eos_ids;
   if (g->eos_ids_.empty() && plan.fb().generation() && plan.fb().generation()->eos_ids())
     for (int32_t id : *plan.fb().generation()->eos_ids()) g->eos_ids_.push_back(id);
@@ -43,7 +51,7 @@ struct SeqState {
 
 StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<GenerationRequest>& requests,
                                                             const TokenCallback& on_token) {
-  CpuExecutor& ex = *executor_;
+  Executor& ex = *executor_;
   const int vocab = ex.vocab_size();
   const int max_len = ex.max_model_len();
   for (size_t i = 0; i < requests.size(); ++i) {

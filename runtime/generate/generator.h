@@ -36,7 +36,11 @@ struct GenerationOutput {
 };
 
 struct GeneratorOptions {
+  /// --device: "cpu" (default), "auto", "cuda" or "cuda:N" (runtime/engine/make_executor.h). The
+  /// capacities and KV blocks of `executor` apply to every backend.
+  std::string device = "cpu";
   CpuExecutorOptions executor;
+  double gpu_memory_utilization = 0.9;
   std::vector<int32_t> eos_ids;     // stop tokens; empty: the plan's generation defaults
 };
 
@@ -53,7 +57,9 @@ class Generator {
   StatusOr<std::vector<GenerationOutput>> generate(const std::vector<GenerationRequest>& requests,
                                                    const TokenCallback& on_token = {});
 
-  CpuExecutor& executor() { return *executor_; }
+  Executor& executor() { return *executor_; }
+  /// Why --device auto runs on the CPU ("" otherwise).
+  const std::string& device_note() const { return device_note_; }
   int vocab_size() const { return executor_->vocab_size(); }
   int max_model_len() const { return executor_->max_model_len(); }
 
@@ -63,7 +69,8 @@ class Generator {
 
  private:
   Generator() = default;
-  std::unique_ptr<CpuExecutor> executor_;
+  std::unique_ptr<Executor> executor_;
+  std::string device_note_;
   std::vector<int32_t> eos_ids_;
 };
 

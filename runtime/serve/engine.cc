@@ -12,6 +12,7 @@
 
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/engine/cpu_executor.h"
+#include "runtime/engine/make_executor.h"
 #include "runtime/kv/block_manager.h"
 #include "runtime/plan/plan_file.h"
 #include "runtime/serve/metrics.h"
@@ -99,7 +100,7 @@ struct Engine::Impl {
   int max_queue = 0;
   std::vector<int32_t> eos_ids;
   Metrics* metrics = nullptr;
-  std::unique_ptr<CpuExecutor> executor;
+  std::unique_ptr<Executor> executor;
   std::unique_ptr<BlockManager> blocks;
   std::unique_ptr<Sampler> sampler;
 
@@ -244,7 +245,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   if (num_blocks > std::numeric_limits<int32_t>::max() / 2)
     return invalid_argument("KV cache of " + std::to_string(num_blocks) + " blocks is too large");
   eo.num_kv_blocks = static_cast<int>(num_blocks);
-  ASSIGN_OR_RETURN(m.executor, CpuExecutor::create(plan, eo));
+  ExecutorOptions xo;
+  xo.device = options.device;
+  xo.cpu = eo;
+  xo.cuda.max_tokens_per_step = eo.max_tokens_per_step;
+  xo.cuda.max_seqs_per_step = eo.max_seqs_per_step;
+  xo.cuda.memory_utilization = options.memory_utilization > 0 ? options.memory_utilization : 0.9;
+  // On a GPU the KV pool is what the device's budget leaves, unless a size was given.
+  xo.cuda.num_kv_blocks = options.kv_cache_bytes ? static_cast<int>(num_blocks) : 0;
+  std::string note;
+  ASSIGN_OR_RETURN(m.executor, make_executor(plan, xo, &note));
+  if (!note.empty()) std::fprintf(stderr, "llmrt: %s\n", note.c_str());
+  c.device = m.executor->device_name();
   c.num_kv_blocks = m.executor->num_kv_blocks();
   c.vocab_size = m.executor->vocab_size();
   c.workspace_bytes = m.executor->workspace_bytes();

@@ -55,6 +55,8 @@ struct EngineOptions {
   int max_queue = 0;               // waiting requests allowed (submit → resource_exhausted); 0: no limit
   std::vector<int32_t> eos_ids;    // empty: the plan's generation defaults
   std::string cpu_kernels;         // quantized kernel contract; "": the plan's
+  std::string device = "cpu";      // cpu | cuda[:N] | auto (runtime/engine/make_executor.h); on a GPU
+                                   // memory_utilization is the device's share (0: 0.9)
 };
 
 /// What create() settled on (for the startup log and /health).
@@ -70,6 +72,7 @@ struct EngineConfig {
   uint64_t workspace_bytes = 0;
   uint64_t kv_cache_bytes = 0;
   int64_t max_concurrency_at_max_len = 0;  // sequences of max_model_len tokens the pool holds
+  std::string device = "cpu";              // the executor's device_name()
 };
 
 struct EngineRequest {

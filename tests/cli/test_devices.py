@@ -26,3 +26,27 @@ def test_devices_reports_the_plan_targets(llmc, llmrt, tmp_path):
     assert "need a driver for CUDA " in first, out  # recorded from the NVRTC that built them
     info = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)
     assert info["kernels"]["count"] > 0
+
+
+def test_device_flag(llmc, llmrt, tmp_path):
+    """--device cpu|cuda|auto on run, bench and serve: an unknown name is a clean error; auto runs
+    on the CPU when no GPU can run the plan and says why; cuda without a driver is a clean error."""
+    plan = tmp_path / "gpu.fb"
+    ok([llmc, "compile", TINY / "llama", "-o", plan, "-q", "--target", "sm_90"])
+    args = ["--prompt-ids", "1,2,3", "--max-tokens", "3", "--temperature", "0", "--ignore-eos", "--json"]
+    cpu = json.loads(ok([llmrt, "run", plan, *args, "--device", "cpu"]).stdout)
+    for cmd in (["run", plan, *args], ["bench", plan, "--pp", "4", "--tg", "2", "--batch", "0", "-r", "1"]):
+        proc = run([llmrt, *cmd, "--device", "tpu"])
+        assert proc.returncode != 0 and "unknown device 'tpu'" in proc.stderr, proc.stderr
+    has_driver = "CUDA driver " in ok([llmrt, "devices"]).stdout
+    auto = ok([llmrt, "run", plan, *args, "--device", "auto"])
+    if not has_driver:
+        assert "running on the CPU: no CUDA driver" in auto.stderr, auto.stderr
+        assert json.loads(auto.stdout)["outputs"][0]["output_ids"] == cpu["outputs"][0]["output_ids"]
+        proc = run([llmrt, "run", plan, *args, "--device", "cuda"])
+        assert proc.returncode != 0 and "no CUDA driver" in proc.stderr, proc.stderr
+        bench = ok([llmrt, "bench", plan, "--pp", "4", "--tg", "2", "--batch", "0", "-r", "1", "--json",
+                    "--device", "auto"])
+        assert json.loads(bench.stdout)["device"] == "cpu"
+    proc = run([llmrt, "serve", plan, "--device", "gpu7", "--port", "0"])
+    assert proc.returncode != 0 and "unknown device" in proc.stderr, proc.stderr

@@ -1,0 +1,56 @@
+// What the engine, the generator and the tools need from a backend: one forward step over a
+// ragged batch with a paged KV cache (runtime/plan/PROGRAM.md), KV block copies, and the sizes
+// the scheduler plans with. CpuExecutor (runtime/engine/cpu_executor.h) and CudaExecutor
+// (runtime/cuda/cuda_executor.h) implement it; make_executor() (runtime/engine/make_executor.h)
+// picks one for --device auto|cpu|cuda.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "runtime/base/status.h"
+
+namespace llmrt {
+
+class Profiler;
+
+/// One step's batch (see PROGRAM.md). Rows query_start[S] .. T-1 are padding (kv_slots -1).
+struct BatchInput {
+  std::span<const int32_t> tokens, positions;  // [T]
+  std::span<const int64_t> kv_slots;           // [T], -1 = padding
+  std::span<const int32_t> query_start;        // [S+1]
+  std::span<const int32_t> context_lens;       // [S]
+  std::span<const int32_t> block_tables;       // [S * max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::span<const int32_t> logits_indices;     // [L]
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  /// Runs one step; writes logits [L, vocab] (row i for logits_indices[i]).
+  virtual Status forward(const BatchInput& batch, float* logits) = 0;
+  /// Copies physical KV block src to dst in every layer (copy-on-write after a fork).
+  virtual Status copy_kv_block(int32_t src, int32_t dst) = 0;
+  /// Per-step profiling (nullptr detaches); backends without it ignore the call.
+  virtual void set_profiler(Profiler* profiler) { (void)profiler; }
+
+  virtual int vocab_size() const = 0;
+  virtual int block_size() const = 0;
+  virtual int num_kv_blocks() const = 0;
+  virtual int max_tokens_per_step() const = 0;
+  virtual int max_seqs_per_step() const = 0;
+  virtual int max_model_len() const = 0;
+  virtual size_t workspace_bytes() const = 0;
+  virtual size_t kv_cache_bytes() const = 0;
+  /// "cpu", or "cuda:0 (NVIDIA H200)".
+  virtual std::string device_name() const = 0;
+  /// CPU threads of the backend (0 for a GPU).
+  virtual int num_threads() const = 0;
+  /// The quantized kernels' numerical contract ("reference" | "fast"; "cuda" for the GPU kernels).
+  virtual const char* cpu_kernels() const = 0;
+};
+
+}  // namespace llmrt

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Prepares what the GPU check (tools/gpu/run_checks.sh) needs on a machine with a GPU and no
+# network or toolchain: a self-contained llmrt (its shared libraries beside it, glibc excepted)
+# and small plans compiled here for sm_90 (H100/H200). Big models do not travel: the
+# Llama-3-8B-shaped plans carry no weights (llmc --synthetic-weights), llmrt generates them at
+# load. Writes gpu-bundle/ (git-ignored, well under the 64 MiB a device run may carry).
+#
+#   tools/gpu/make_bundle.sh [--target sm_90]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+BUILD=${LLMC_BUILD_DIR:-$ROOT/build}
+TARGET=sm_90
+[ "${1:-}" = "--target" ] && TARGET=$2
+OUT=$ROOT/gpu-bundle
+LLMC=$BUILD/tools/llmc
+[ -x "$LLMC" ] && [ -x "$BUILD/tools/llmrt" ] || { echo "build first (tools/setup.sh --no-run)" >&2; exit 1; }
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/plans"
+cp "$BUILD/tools/llmrt" "$OUT/bin/"
+# Every shared library llmrt loads except the C library's own (libc, libm, ld.so: the GPU
+# machine's are used; libcuda is loaded at run time from the driver).
+ldd "$BUILD/tools/llmrt" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+  case "$(basename "$lib")" in libc.so.*|libm.so.*|ld-linux*|libdl.so.*|libpthread.so.*|librt.so.*) ;;
+    *) cp -L "$lib" "$OUT/lib/" ;;
+  esac
+done
+TINY=$ROOT/tests/fixtures/tiny/llama
+QUANT=$ROOT/tests/fixtures/quant
+compile() { "$LLMC" compile -q "$@"; }
+# Small plans for the differential checks (every CUDA op against the CPU backend).
+compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
+compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
+compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma.fb" --target "$TARGET" \
+  --weight-layout cuda-mma --cpu-kernels reference
+compile "$QUANT/gptq_8bit_sym" -o "$OUT/plans/gptq8_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
+  --cpu-kernels reference
+compile "$QUANT/awq_4bit_gemm" -o "$OUT/plans/awq4_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
+  --cpu-kernels reference
+# Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like) and dense f32 (the plan
+# writer stores dense weights in f32; bf16 storage is not there yet).
+CFG=$(mktemp -d)
+cp "$ROOT/tests/gpu/llama3_8b_config.json" "$CFG/config.json"
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --target "$TARGET" \
+  --quantize int4-g128 --no-quantize-embeddings --weight-layout cuda-mma --max-model-len 4096
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_f32.fb" --target "$TARGET" --max-model-len 4096
+rm -rf "$CFG"
+cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
+   "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"
+du -sh "$OUT"
