@@ -77,34 +77,7 @@ constexpr int kBlock = ${BLOCK};
 constexpr int kGroup = kH / kHkv;
 constexpr int kPerThread = (kHd + kBlock - 1) / kBlock;
 
-// Fixed-order block reductions over `red` (kBlock floats of shared memory).
-__device__ __forceinline__ float blockMax(float v, float *red) {
-  const int tid = threadIdx.x;
-  red[tid] = v;
-  __syncthreads();
-  for (int s = kBlock / 2; s > 0; s >>= 1) {
-    if (tid < s)
-      red[tid] = fmaxf(red[tid], red[tid + s]);
-    __syncthreads();
-  }
-  const float r = red[0];
-  __syncthreads();
-  return r;
-}
-__device__ __forceinline__ float blockSum(float v, float *red) {
-  const int tid = threadIdx.x;
-  red[tid] = v;
-  __syncthreads();
-  for (int s = kBlock / 2; s > 0; s >>= 1) {
-    if (tid < s)
-      red[tid] += red[tid + s];
-    __syncthreads();
-  }
-  const float r = red[0];
-  __syncthreads();
-  return r;
-}
-} // namespace
+${REDUCTIONS}} // namespace
 
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ q, const float *__restrict__ k_cache,
@@ -236,7 +209,8 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                                              {"BS", std::to_string(p.cache.blockSize)},
                                                              {"WINDOW", std::to_string(p.slidingWindow)},
                                                              {"SCALE", detail::floatLiteral(p.scale)},
-                                                             {"BLOCK", std::to_string(block)}});
+                                                             {"BLOCK", std::to_string(block)},
+                                                             {"REDUCTIONS", detail::kBlockReductions}});
   return detail::finishSpec("paged_attention",
                             "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" +
                                 std::to_string(p.cache.numKvHeads) + "_d" + std::to_string(p.cache.headDim) +

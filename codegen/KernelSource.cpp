@@ -65,6 +65,35 @@ std::string substitute(
   return out;
 }
 
+const char *const kBlockReductions = R"cuda(
+__device__ __forceinline__ float blockSum(float v, float *red) {
+  const int tid = threadIdx.x;
+  red[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s)
+      red[tid] += red[tid + s];
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float blockMax(float v, float *red) {
+  const int tid = threadIdx.x;
+  red[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s)
+      red[tid] = fmaxf(red[tid], red[tid + s]);
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+)cuda";
+
 int reductionBlockSize(int64_t n) {
   int block = 32;
   while (block < 1024 && int64_t(block) * 4 < n)

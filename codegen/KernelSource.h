@@ -33,6 +33,13 @@ std::string substitute(std::string_view tmpl,
                        const std::vector<std::pair<std::string, std::string>>
                            &bindings);
 
+/// CUDA source of blockSum(v, red) and blockMax(v, red): reductions over a
+/// block of kBlock threads (a power of two the including source defines) in a
+/// fixed tree order, through `red` (kBlock floats of shared memory). Every
+/// thread of the block must call them; they end with a barrier so `red` may
+/// be reused at once.
+extern const char *const kBlockReductions;
+
 /// Threads per block for a block reduction over `n` elements: a power of two
 /// in [32, 1024], at most ~4 elements per thread below 1024.
 int reductionBlockSize(int64_t n);

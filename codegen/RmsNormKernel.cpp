@@ -26,22 +26,7 @@ constexpr int kBlock = ${BLOCK}; // threads per block, a power of two
 constexpr int kPerThread = (kG + kBlock - 1) / kBlock;
 constexpr float kEps = ${EPS};
 
-// Sum of `v` over the block, in a fixed tree order. All threads of the block
-// must call it; `red` holds kBlock floats of shared memory.
-__device__ __forceinline__ float blockSum(float v, float *red) {
-  const int tid = threadIdx.x;
-  red[tid] = v;
-  __syncthreads();
-  for (int s = kBlock / 2; s > 0; s >>= 1) {
-    if (tid < s)
-      red[tid] += red[tid + s];
-    __syncthreads();
-  }
-  const float total = red[0];
-  __syncthreads(); // `red` is reused by the block's next item
-  return total;
-}
-} // namespace
+${REDUCTIONS}} // namespace
 )cuda";
 
 constexpr const char *kRmsNormTemplate = R"cuda(
@@ -135,7 +120,8 @@ std::string commonPart(const RmsNormParams &p, int block) {
   return detail::substitute(kCommon, {{"D", std::to_string(p.dim)},
                                       {"G", std::to_string(p.group)},
                                       {"BLOCK", std::to_string(block)},
-                                      {"EPS", detail::floatLiteral(p.eps)}});
+                                      {"EPS", detail::floatLiteral(p.eps)},
+                                      {"REDUCTIONS", detail::kBlockReductions}});
 }
 } // namespace
 

@@ -282,14 +282,8 @@ DevicePtr CudaExecutor::value_ptr(int id) const {
 }
 
 Status CudaExecutor::forward(const BatchInput& b, float* logits) {
-  BatchLimits lim;
-  lim.max_tokens = max_tokens_;
-  lim.max_seqs = max_seqs_;
-  lim.max_model_len = max_model_len_;
-  lim.block_size = block_size_;
-  lim.num_kv_blocks = num_kv_blocks_;
-  lim.vocab_rows = embedding_rows_;
-  RETURN_IF_ERROR(check_batch(b, logits, lim, nullptr));
+  RETURN_IF_ERROR(check_batch(
+      b, logits, {max_tokens_, max_seqs_, max_model_len_, block_size_, num_kv_blocks_, embedding_rows_}, nullptr));
   const int T = static_cast<int>(b.tokens.size()), S = static_cast<int>(b.context_lens.size());
   const int L = static_cast<int>(b.logits_indices.size());
   // Block tables at a fixed stride (every context fits max_model_len, so table_stride_ blocks).

@@ -5,15 +5,9 @@
 #include <cstdint>
 
 #include "runtime/base/status.h"
-#include "runtime/engine/cpu_executor.h"
+#include "runtime/engine/executor.h"
 
 namespace llmrt {
-
-struct BatchLimits {
-  int64_t max_tokens = 0, max_seqs = 0, max_model_len = 0;
-  int64_t block_size = 0, num_kv_blocks = 0;
-  int64_t vocab_rows = 0;  // token ids must be below this (the embedding table's rows)
-};
 
 /// OK when `b` is a valid step: sizes within the limits, positions = context_len - n + index,
 /// kv slots from the block tables, padding rows with slot -1, logits indices inside the batch

@@ -731,14 +731,8 @@ float* CpuExecutor::value_ptr(int id, float* logits) const {
 }
 
 Status CpuExecutor::validate_batch(const BatchInput& b, const float* logits) {
-  BatchLimits lim;
-  lim.max_tokens = max_tokens_;
-  lim.max_seqs = max_seqs_;
-  lim.max_model_len = max_model_len_;
-  lim.block_size = block_size_;
-  lim.num_kv_blocks = num_kv_blocks_;
-  lim.vocab_rows = embedding_rows_;
-  return check_batch(b, logits, lim, seq_of_row_.data());
+  return check_batch(b, logits, {max_tokens_, max_seqs_, max_model_len_, block_size_, num_kv_blocks_, embedding_rows_},
+                     seq_of_row_.data());
 }
 
 void CpuExecutor::set_profiler(Profiler* profiler) {

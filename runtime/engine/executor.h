@@ -27,6 +27,13 @@ struct BatchInput {
   std::span<const int32_t> logits_indices;     // [L]
 };
 
+/// What a step may hold (runtime/engine/batch_check.h checks a batch against it).
+struct BatchLimits {
+  int64_t max_tokens = 0, max_seqs = 0, max_model_len = 0;
+  int64_t block_size = 0, num_kv_blocks = 0;
+  int64_t vocab_rows = 0;  // token ids must be below this (the embedding table's rows)
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
