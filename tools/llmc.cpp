@@ -231,7 +231,8 @@ int main(int argc, char **argv) {
       if (!budget)
         return fail(llmrt::invalid_argument("--memory: cannot parse '" + memory + "' (e.g. 8GiB, 512MiB)"));
     }
-    auto plan = llmrt::Plan::open(planPath);
+    // The FlatBuffer is all inspect reads: synthetic weights are not generated.
+    auto plan = llmrt::Plan::open(planPath, /*generate_synthetic=*/false);
     if (!plan.ok())
       return fail(plan.status());
     std::fputs(llmrt::inspect_plan(**plan, json, budget).c_str(), stdout);

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     std::optional<uint64_t> budget;
     if (!memory.empty() && !(budget = llmrt::parse_bytes(memory)))
       return fail(llmrt::invalid_argument("--memory: cannot parse '" + memory + "'"));
-    auto plan = llmrt::Plan::open(inspect_path);
+    auto plan = llmrt::Plan::open(inspect_path, /*generate_synthetic=*/false);
     if (!plan.ok()) return fail(plan.status());
     std::fputs(llmrt::inspect_plan(**plan, inspect_json, budget).c_str(), stdout);
     return 0;

@@ -29,7 +29,7 @@ Subcommand add_devices_command(CLI::App& app) {
   return {cmd, [plan_path, utilization]() -> int {
             std::unique_ptr<llmrt::Plan> plan;
             if (!plan_path->empty()) {
-              auto p = llmrt::Plan::open(*plan_path);
+              auto p = llmrt::Plan::open(*plan_path, /*generate_synthetic=*/false);
               if (!p.ok()) return fail(p.status());
               plan = std::move(p).value();
               std::string targets;

@@ -180,11 +180,11 @@ MappedFile::~MappedFile() {
 
 Plan::~Plan() = default;
 
-StatusOr<std::unique_ptr<Plan>> Plan::open(const std::string& path) {
+StatusOr<std::unique_ptr<Plan>> Plan::open(const std::string& path, bool generate_synthetic) {
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::open(path));
   const uint8_t* data = file->data();
   size_t size = file->size();
-  auto plan = from_memory(std::move(file), nullptr, UINT64_MAX, data, size);
+  auto plan = from_memory(std::move(file), nullptr, UINT64_MAX, generate_synthetic, data, size);
   if (!plan.ok()) return plan.status().with_context("plan '" + path + "'");
   return plan;
 }
@@ -197,13 +197,13 @@ StatusOr<std::unique_ptr<Plan>> Plan::from_bytes(const uint8_t* data, size_t siz
   if (!owned) return resource_exhausted("cannot allocate " + std::to_string(size) + " bytes for a plan");
   if (size) std::memcpy(owned.get(), data, size);
   const uint8_t* p = owned.get();
-  return from_memory(nullptr, std::move(owned), max_synthetic_bytes, p, size);
+  return from_memory(nullptr, std::move(owned), max_synthetic_bytes, true, p, size);
 }
 
 void Plan::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> file, OwnedBytes owned,
-                                                  uint64_t max_synthetic_bytes,
+                                                  uint64_t max_synthetic_bytes, bool generate_synthetic,
                                                   const uint8_t* data, size_t size) {
   if (size < sizeof(PlanFileHeader))
     return invalid_argument("file is too small to be a plan (" + std::to_string(size) + " bytes)");
@@ -249,7 +249,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> fi
   if (synthetic && h.weights_size != 0)
     return invalid_argument("plan with synthetic weights has a weight section in the file");
   const uint64_t weights_size = synthetic ? root->weights_size() : h.weights_size;
-  if (synthetic) {
+  if (synthetic && generate_synthetic) {
     const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
     const uint64_t cap = std::min(phys, max_synthetic_bytes);
     if (weights_size > cap)
@@ -265,7 +265,10 @@ StatusOr<std::unique_ptr<Plan>> Plan::from_memory(std::unique_ptr<MappedFile> fi
   plan->header_ = h;
   plan->fb_ = root;
   plan->weights_ = data + h.weights_offset;
-  if (synthetic) {
+  if (synthetic && !generate_synthetic) {
+    plan->weights_ = nullptr;
+    plan->header_.weights_size = weights_size;
+  } else if (synthetic) {
     const uint64_t bytes = std::max<uint64_t>(kWeightAlignment, (weights_size + kWeightAlignment - 1) /
                                                                     kWeightAlignment * kWeightAlignment);
     plan->synthetic_.reset(static_cast<uint8_t*>(std::aligned_alloc(kWeightAlignment, bytes)));

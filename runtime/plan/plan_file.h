@@ -60,7 +60,10 @@ class MappedFile {
 class Plan {
  public:
   /// Maps `path`, verifies header, FlatBuffer, schema version, features and semantics.
-  static StatusOr<std::unique_ptr<Plan>> open(const std::string& path);
+  /// generate_synthetic = false (for inspect and devices, which read only the FlatBuffer): a
+  /// synthetic-weights plan's weights are not generated; its weights() and tensor_data() are then
+  /// null and it must not be executed.
+  static StatusOr<std::unique_ptr<Plan>> open(const std::string& path, bool generate_synthetic = true);
   /// Same checks over bytes in memory (copied into aligned storage). For tests and fuzzing.
   /// `max_synthetic_bytes` caps the weights a synthetic-weights plan may make it generate (the
   /// fuzz target keeps it small); every plan is also capped by the machine's physical memory.
@@ -90,7 +93,7 @@ class Plan {
   };
   using OwnedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
   static StatusOr<std::unique_ptr<Plan>> from_memory(std::unique_ptr<MappedFile> file, OwnedBytes owned,
-                                                     uint64_t max_synthetic_bytes,
+                                                     uint64_t max_synthetic_bytes, bool generate_synthetic,
                                                      const uint8_t* data, size_t size);
   std::unique_ptr<MappedFile> file_;
   OwnedBytes owned_;

@@ -70,3 +70,23 @@ def test_synthetic_weights_need_a_config(llmc, tmp_path):
     (tmp_path / "q" / "config.json").write_text(json.dumps(cfg))
     proc = run([llmc, "compile", "--synthetic-weights", "1", tmp_path / "q", "-o", tmp_path / "x.fb"])
     clean_error(proc, "quantization_config")
+
+
+def test_inspect_and_devices_do_not_generate_weights(llmc, llmrt, tmp_path):
+    """A 70B-shaped f32 plan (about 280 GB of synthetic weights, more than any test machine has):
+    inspect and devices read only the FlatBuffer and answer at once; run refuses it, naming the
+    size."""
+    cfg = json.loads((TINY / "llama" / "config.json").read_text())
+    cfg.update(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+               num_key_value_heads=8, vocab_size=128256)
+    cfg.pop("head_dim", None)
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "config.json").write_text(json.dumps(cfg))
+    plan = tmp_path / "big.fb"
+    ok([llmc, "compile", "--synthetic-weights", "1", tmp_path / "big", "-o", plan, "--target", "none", "-q"])
+    for tool in (llmc, llmrt):
+        j = json.loads(ok([tool, "inspect", plan, "--json"]).stdout)
+        assert j["tensors"]["bytes"] > 250e9 and j["synthetic_weights"] == {"seed": 1}
+    assert "no GPU target" in ok([llmrt, "devices", plan]).stdout
+    proc = run([llmrt, "run", plan, "--prompt-ids", "1", "--max-tokens", "1"])
+    clean_error(proc, "synthetic weights needs")
