@@ -180,9 +180,10 @@ def test_plan_sizes(plans, llmc):
     print("plan sizes: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sizes.items()))
     # Q4_1: 20 bytes per 32 weights against 128 for f32.
     assert sizes["fast"] < 0.25 * sizes["float"]
-    assert sizes["fast"] == sizes["reference"]
-    # The int8 KV cache changes no weight; its plan only lacks the f32-cache GPU kernels.
+    # The contract and the KV dtype change no weight byte. (File sizes differ by the FlatBuffer:
+    # recorded options, and the kv8 plan lacks the f32-cache GPU kernels; the weight section's
+    # alignment turns a few bytes into a page.)
     def weight_bytes(plan):
         return json.loads(run_cmd([llmc, "inspect", plan, "--json"], "llmc inspect").stdout)["tensors"]["bytes"]
     assert weight_bytes(plans["kv8"]) == weight_bytes(plans["reference"]) == weight_bytes(plans["fast"])
-    assert sizes["kv8"] <= sizes["reference"]
+    assert abs(sizes["fast"] - sizes["reference"]) < 0.01 * sizes["reference"]
