@@ -211,6 +211,9 @@ int main(int argc, char** argv) {
   if (!gen_or.ok()) return fail(gen_or.status());
   llmrt::Generator& gen = *gen_or.value();
   if (!gen.device_note().empty()) std::fprintf(stderr, "llmrt: %s\n", gen.device_note().c_str());
+  if ((profile || !trace_path.empty()) && gen.executor().device_name() != "cpu")
+    return fail(llmrt::unimplemented("--profile and --trace time the CPU backend's steps; not available on " +
+                                     gen.executor().device_name()));
   std::unique_ptr<llmrt::Profiler> profiler;
   if (profile || !trace_path.empty()) {
     profiler = std::make_unique<llmrt::Profiler>(llmrt::ProfilerOptions{.keep_events = !trace_path.empty()});

@@ -314,6 +314,9 @@ int run_bench(const BenchFlags& f) {
   if (!gen_or.ok()) return fail(gen_or.status());
   llmrt::Generator& gen = *gen_or.value();
   if (!gen.device_note().empty()) std::fprintf(stderr, "llmrt bench: %s\n", gen.device_note().c_str());
+  if ((f.profile || !f.trace.empty()) && gen.executor().device_name() != "cpu")
+    return fail(llmrt::unimplemented("--profile and --trace time the CPU backend's steps; not available on " +
+                                     gen.executor().device_name()));
 
   std::unique_ptr<llmrt::Profiler> profiler;
   if (f.profile || !f.trace.empty())
