@@ -12,7 +12,8 @@ struct CudaExecutor::Step {
   fb::OpKind op = fb::OpKind::Unknown;
   std::string where;
   std::string family;
-  FunctionHandle fn = nullptr;
+  int kernel = -1;             // index into Plan.kernels
+  FunctionHandle fn = nullptr;  // its function, once the module is loaded
   int block[3] = {1, 1, 1};
   unsigned shared = 0;
   GridRule rule;
@@ -54,13 +55,6 @@ const char* family_of(fb::OpKind op) {
     default: return "";
   }
 }
-
-// One kernel argument: a device pointer or an int (cuLaunchKernel reads each parameter's size
-// from the kernel, so an int is the first 4 bytes of its slot: little-endian hosts only).
-union Arg {
-  uint64_t ptr;
-  int32_t i;
-};
 
 }  // namespace
 
@@ -204,7 +198,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   // 5. Modules: the chosen image of every kernel a step uses.
   std::vector<FunctionHandle> functions(images.choices.size(), nullptr);
   for (Step& st : steps_) {
-    const int k = static_cast<int>(reinterpret_cast<intptr_t>(st.fn));  // decode() left the index here
+    const int k = st.kernel;
     if (!functions[static_cast<size_t>(k)]) {
       const fb::Kernel& kernel = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(k));
       const ImageChoice& c = images.choices[static_cast<size_t>(k)];
@@ -221,13 +215,14 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     }
     st.fn = functions[static_cast<size_t>(k)];
   }
+  args_.reserve(32);  // the most parameters a kernel takes: split's 16 outputs + 2
+  params_.reserve(32);
   return ok_status();
 }
 
 Status CudaExecutor::decode(const Plan& plan) {
   const fb::Plan& p = plan.fb();
   const fb::Program* prog = plan.program("forward");
-  const fb::MemoryPlan* mem = p.memory();
   token_input_ = prog->token_input();
   position_input_ = prog->position_input();
   output_ = prog->output();
@@ -237,7 +232,6 @@ Status CudaExecutor::decode(const Plan& plan) {
     if (i != token_input_ && i != position_input_ && i != output_)
       value_offset_[static_cast<size_t>(i)] =
           prog->values()->Get(i)->offset_per_row() * static_cast<uint64_t>(max_tokens_);
-  (void)mem;
   const int num_kernels = p.kernels() ? static_cast<int>(p.kernels()->size()) : 0;
   const int num_steps = static_cast<int>(prog->steps()->size());
   steps_.resize(static_cast<size_t>(num_steps));
@@ -259,7 +253,7 @@ Status CudaExecutor::decode(const Plan& plan) {
     ASSIGN_OR_RETURN(st.rule, parse_grid_rule(kernel.grid_rule()->string_view()));  // check_plan accepted it
     for (int d = 0; d < 3; ++d) st.block[d] = kernel.block_dim()->Get(static_cast<flatbuffers::uoffset_t>(d));
     st.shared = kernel.shared_mem_bytes();
-    st.fn = reinterpret_cast<FunctionHandle>(static_cast<intptr_t>(s.kernel()));  // resolved in init()
+    st.kernel = s.kernel();
     st.in = trimmed(s.inputs());
     st.out = trimmed(s.outputs());
     st.weights = trimmed(s.weights());
@@ -300,16 +294,17 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
     RETURN_IF_ERROR(driver_->copy_to_device(tables_, table_staging_.data(), static_cast<uint64_t>(S) * table_stride_ * 4));
   if (L > 0) RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, b.logits_indices.data(), L * 4ull));
 
-  std::vector<Arg> args;
-  std::vector<void*> params;
+  std::vector<uint64_t>& args = args_;
   for (const Step& st : steps_) {
     int rows = T;
     args.clear();
-    auto ptr = [&](DevicePtr v) { args.push_back(Arg{v}); };
+    auto ptr = [&](DevicePtr v) { args.push_back(v); };
+    // cuLaunchKernel reads each parameter's size from the kernel: an int is the first 4 bytes of
+    // its 8-byte slot (little-endian hosts only).
     auto num = [&](int v) {
-      Arg a{0};
-      a.i = v;
-      args.push_back(a);
+      uint64_t slot = 0;
+      std::memcpy(&slot, &v, sizeof(v));
+      args.push_back(slot);
     };
     auto weight = [&](size_t i) {
       return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
@@ -361,9 +356,9 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
     num(rows);
     const int64_t grid = grid_size(st.rule, rows, max_grid_);
     if (grid == 0) continue;
-    params.resize(args.size());
-    for (size_t i = 0; i < args.size(); ++i) params[i] = &args[i];
-    Status launched = driver_->launch(st.fn, static_cast<unsigned>(grid), st.block, st.shared, params.data());
+    params_.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];
+    Status launched = driver_->launch(st.fn, static_cast<unsigned>(grid), st.block, st.shared, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
   }
   if (L > 0) RETURN_IF_ERROR(driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4));

@@ -104,6 +104,9 @@ class CudaExecutor : public Executor {
   std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_
   std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]
   std::vector<ModuleHandle> modules_;
+  // One launch's parameter slots and the pointers cuLaunchKernel takes, reused by every step.
+  std::vector<uint64_t> args_;
+  std::vector<void*> params_;
 };
 
 }  // namespace llmrt::cuda

@@ -221,7 +221,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   uint64_t kv_bytes = 0;
   if (options.kv_cache_bytes) {
     kv_bytes = options.kv_cache_bytes;
-  } else if (options.memory_utilization > 0) {
+  } else if (options.memory_utilization > 0 && options.device.rfind("cuda", 0) != 0) {
+    // (On --device cuda the share is the GPU's: the CUDA executor sizes its pool itself.)
     const uint64_t total = static_cast<uint64_t>(options.memory_utilization * static_cast<double>(physical_memory()));
     if (total <= c.weight_bytes + workspace_est)
       return resource_exhausted("memory utilization " + std::to_string(options.memory_utilization) +

@@ -52,7 +52,6 @@ public:
       return llmrt::resource_exhausted("emulated alloc");
     std::memset(p, 0xCD, bytes); // device memory is not zeroed
     live_[reinterpret_cast<cuda::DevicePtr>(p)] = bytes;
-    allocated_ += bytes;
     return reinterpret_cast<cuda::DevicePtr>(p);
   }
   llmrt::Status free(cuda::DevicePtr p) override {
@@ -171,7 +170,6 @@ private:
   uint64_t memory_;
   TempDir dir_;
   std::map<cuda::DevicePtr, uint64_t> live_;
-  uint64_t allocated_ = 0;
   std::vector<void *> libraries_;
   std::vector<std::unique_ptr<Module>> modules_;
   int launches_ = 0;
@@ -272,15 +270,24 @@ void runBothAndCompare(const std::string &planPath, double tol) {
     expectLogitsClose(lg, lc, tol);
   }
   EXPECT_EQ(driver.launches(), 2 * (*gpu)->launches_per_step());
-  // Copy-on-write of a KV block, then decode from the copy: the same logits as from the source.
+  // Copy-on-write of a KV block (sequence 0's first, positions 0..bs-1, into the unused block
+  // 15), then decode sequence 0 reading the copy: the device's copy must hold what the CPU's does
+  // (the emulated device fills fresh memory with 0xCD bytes, so a missing copy shows).
   ASSERT_TRUE((*gpu)->copy_kv_block(mb - 1, 15).ok());
   ASSERT_TRUE((*cpu)->copy_kv_block(mb - 1, 15).ok());
   EXPECT_FALSE((*gpu)->copy_kv_block(0, 16).ok());
+  Step fork = makeStep({bs + 5}, {1}, bs, mb, V, 4);
+  ASSERT_EQ(fork.tables[0], mb - 1);
+  fork.tables[0] = 15;  // the decode row (position bs + 4) lies in table entry 1: its slot stays
+  std::vector<float> lg(fork.idx.size() * V, NAN), lc(lg.size(), NAN);
+  ASSERT_TRUE((*gpu)->forward(fork.input(), lg.data()).ok());
+  ASSERT_TRUE((*cpu)->forward(fork.input(), lc.data()).ok());
+  expectLogitsClose(lg, lc, tol);
   // A bad batch is refused before anything runs.
   Step bad = makeStep({3}, {3}, bs, mb, V, 3);
   bad.tokens[0] = V + 5;
-  std::vector<float> lg(bad.idx.size() * V);
-  EXPECT_FALSE((*gpu)->forward(bad.input(), lg.data()).ok());
+  std::vector<float> lb(bad.idx.size() * V);
+  EXPECT_FALSE((*gpu)->forward(bad.input(), lb.data()).ok());
 }
 
 TEST(CudaExecutor, F32PlanMatchesTheCpuExecutor) {
