@@ -121,6 +121,8 @@ FailureOr<KernelSpec> fromStatus(Operation *op,
   return std::move(spec).value();
 }
 
+std::string weightStorage(Operation *op, Value v);
+
 FailureOr<KernelSpec> emitEmbedding(Operation *op) {
   if (failed(checkCounts(op, 2, 1)))
     return failure();
@@ -131,7 +133,10 @@ FailureOr<KernelSpec> emitEmbedding(Operation *op) {
   if (failed(table) || failed(checkWidth(op, op->getResult(0), "result",
                                          (*table)[1])))
     return failure();
-  return fromStatus(op, emitEmbeddingKernel({(*table)[0], (*table)[1]}));
+  EmbeddingParams p{(*table)[0], (*table)[1], weightStorage(op, op->getOperand(1))};
+  if (p.table.empty())
+    return op->emitOpError() << "GPU codegen: quantized table in a CPU layout (compile with --weight-layout cuda-mma)";
+  return fromStatus(op, emitEmbeddingKernel(p));
 }
 
 FailureOr<KernelSpec> emitRmsNormFamily(Operation *op, bool withAdd) {
@@ -232,8 +237,8 @@ FailureOr<KernelSpec> emitSiluMul(Operation *op) {
   return fromStatus(op, emitSiluMulKernel({inter, n == 1}));
 }
 
-/// The storage of weight operand `v` as the linear kernels name it: "f32"
-/// for a dense weight (plans store dense weights in f32), the format name for
+/// The storage of weight operand `v` as the linear and embedding kernels name
+/// it: "f32" for a dense weight (plans store dense weights in f32), the format name for
 /// a quantized one in the cuda_mma_n8 layout, "" for a quantized one in a
 /// CPU layout (no GPU kernel reads those).
 std::string weightStorage(Operation *op, Value v) {
@@ -356,9 +361,7 @@ FailureOr<KernelSpec> emitPermuteColumns(Operation *op) {
 
 bool hasKernel(Operation *op) {
   StringRef name = op->getName().getStringRef();
-  if (name == "llm.embedding") // the embedding kernel gathers f32 rows only
-    return op->getNumOperands() == 2 && weightStorage(op, op->getOperand(1)) == "f32";
-  if (name == "llm.linear" || name == "llm.logits")
+  if (name == "llm.embedding" || name == "llm.linear" || name == "llm.logits")
     return op->getNumOperands() >= 2 && !weightStorage(op, op->getOperand(1)).empty();
   if (name == "llm.kv_store" || name == "llm.paged_attention") {
     auto dtype = op->getAttrOfType<StringAttr>("kv_dtype");

@@ -19,10 +19,12 @@
 
 namespace llmc {
 
-/// llm.embedding: tokens[T] (i32), table[vocab, dim] -> [T, dim].
+/// llm.embedding: tokens[T] (i32), table[vocab, dim] -> [T, dim] f32. The table is stored as
+/// `table`: "f32", "f16", "bf16" or a quantized format in the cuda_mma_n8 layout.
 struct EmbeddingParams {
   int64_t vocab = 0;
   int64_t dim = 0;
+  std::string table = "f32";
 };
 llmrt::StatusOr<KernelSpec> emitEmbeddingKernel(const EmbeddingParams &p);
 

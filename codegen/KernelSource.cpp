@@ -2,6 +2,8 @@
 
 #include "codegen/KernelSource.h"
 
+#include "runtime/quant/quant_format.h"
+
 #include <cassert>
 #include <cmath>
 #include <cstdio>
@@ -93,6 +95,99 @@ __device__ __forceinline__ float blockMax(float v, float *red) {
   return r;
 }
 )cuda";
+
+namespace {
+constexpr const char *kFloatConversions = R"cuda(namespace {
+// IEEE half -> float, exact (no cuda_fp16.h: sources are self-contained).
+__device__ __forceinline__ float halfToFloat(unsigned h) {
+  const unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu,
+                 man = h & 0x3ffu;
+  if (exp == 0) {
+    const float f = (float)man * 5.9604644775390625e-08f; // man * 2^-24
+    return sign ? -f : f;
+  }
+  if (exp == 31)
+    return __uint_as_float(sign | 0x7f800000u | (man << 13));
+  return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+__device__ __forceinline__ float bf16ToFloat(unsigned h) {
+  return __uint_as_float(h << 16);
+}
+} // namespace
+)cuda";
+
+constexpr const char *kDenseConstants = R"cuda(namespace {
+constexpr int kWeightType = ${WEIGHT_TYPE}; // 0 f16, 1 bf16, 2 f32
+
+__device__ __forceinline__ float weightAt(const unsigned char *w, long long i) {
+  if (kWeightType == 2)
+    return reinterpret_cast<const float *>(w)[i];
+  const unsigned h = reinterpret_cast<const unsigned short *>(w)[i];
+  return kWeightType == 0 ? halfToFloat(h) : bf16ToFloat(h);
+}
+} // namespace
+)cuda";
+
+constexpr const char *kMmaTileConstants = R"cuda(namespace {
+// A tile of 8 rows of ${ROW_K} elements in the cuda_mma_n8 layout (quant_format.h).
+constexpr int kGroup = ${GROUP};          // elements per group (a multiple of 32)
+constexpr int kGroups = ${ROW_K} / kGroup;
+constexpr int kBits = ${BITS};            // 4 | 8
+constexpr int kScaleType = ${SCALE_TYPE}; // 0 f16, 1 bf16, 2 f32
+constexpr int kScaleBytes = kScaleType == 2 ? 4 : 2;
+constexpr int kOffset = ${OFFSET};        // 0 sym, 1 zero point, 2 min
+constexpr long long kTileBytes = ${TILE_BYTES};
+constexpr int kOffsetsAt = 8 * kGroups * kScaleBytes;
+constexpr int kCodesAt =
+    kOffsetsAt + 8 * kGroups * (kOffset == 2 ? kScaleBytes : kOffset == 1 ? 1 : 0);
+constexpr int kW = kBits == 4 ? 4 : 8;    // lane bytes per sub-block
+constexpr int kSpanBytes = 8 * 128 * kBits / 8;
+constexpr int kSpans = (${ROW_K} + 127) / 128;
+
+__device__ __forceinline__ float loadScale(const unsigned char *p) {
+  if (kScaleType == 2)
+    return *reinterpret_cast<const float *>(p);
+  const unsigned h = *reinterpret_cast<const unsigned short *>(p);
+  return kScaleType == 0 ? halfToFloat(h) : bf16ToFloat(h);
+}
+} // namespace
+)cuda";
+} // namespace
+
+llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k) {
+  WeightSource ws;
+  ws.constants = kFloatConversions;
+  if (storage == "f32" || storage == "f16" || storage == "bf16") {
+    ws.denseType = storage == "f16" ? 0 : storage == "bf16" ? 1 : 2;
+    ws.constants += substitute(kDenseConstants, {{"WEIGHT_TYPE", std::to_string(ws.denseType)}});
+    ws.tag = storage;
+    return ws;
+  }
+  auto format = llmrt::quant::parse_format(storage);
+  if (!format.ok())
+    return llmrt::invalid_argument("weight '" + storage +
+                                   "' is neither f32/f16/bf16 nor a quantized format (" +
+                                   format.status().message() + ")");
+  auto rowBytes = llmrt::quant::row_bytes(*format, k);
+  if (!rowBytes.ok())
+    return llmrt::invalid_argument(rowBytes.status().message());
+  ws.dense = false;
+  ws.tileBytes = llmrt::quant::kTileRows * *rowBytes;
+  ws.constants += substitute(
+      kMmaTileConstants,
+      {{"ROW_K", std::to_string(k)},
+       {"GROUP", std::to_string(llmrt::quant::group_elems(*format, k))},
+       {"BITS", std::to_string(format->bits)},
+       {"SCALE_TYPE", std::to_string(static_cast<int>(format->scale))},
+       {"OFFSET", std::to_string(static_cast<int>(format->offset))},
+       {"TILE_BYTES", std::to_string(ws.tileBytes)}});
+  ws.tag = llmrt::quant::format_name(*format);
+  for (char &c : ws.tag)
+    if (c == '-')
+      c = '_';
+  ws.tag += "_mma8";
+  return ws;
+}
 
 int reductionBlockSize(int64_t n) {
   int block = 32;

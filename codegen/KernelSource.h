@@ -9,6 +9,7 @@
 #define LLMC_CODEGEN_KERNELSOURCE_H
 
 #include "codegen/KernelSpec.h"
+#include "runtime/base/status.h"
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,25 @@ std::string substitute(std::string_view tmpl,
 /// thread of the block must call them; they end with a barrier so `red` may
 /// be reused at once.
 extern const char *const kBlockReductions;
+
+/// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or
+/// a quantized format of runtime/quant/quant_format.h in the cuda_mma_n8 layout.
+struct WeightSource {
+  bool dense = true;
+  int denseType = 2;       // 0 f16, 1 bf16, 2 f32
+  std::string constants;   // CUDA source: the storage constants and readers (see weightSource)
+  std::string tag;         // for entry names: "f32", "int4_g32_f16_min_mma8", ...
+  int64_t tileBytes = 0;   // quantized: bytes of one tile of 8 rows
+};
+
+/// The CUDA source that reads a weight of `storage` with rows of `k` elements:
+///   * always halfToFloat / bf16ToFloat (exact conversions, no cuda_fp16.h);
+///   * dense: kWeightType and weightAt(w, i) (element i of the row-major tensor);
+///   * quantized: kGroup, kGroups, kBits, kScaleType, kScaleBytes, kOffset, kTileBytes,
+///     kOffsetsAt, kCodesAt, kW, kSpanBytes, kSpans and loadScale(p), the tile geometry of
+///     cuda_mma_n8 (quant_format.h).
+/// An error names the storage when it is neither.
+llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k);
 
 /// Threads per block for a block reduction over `n` elements: a power of two
 /// in [32, 1024], at most ~4 elements per thread below 1024.

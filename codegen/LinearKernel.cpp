@@ -41,47 +41,11 @@ constexpr int kTokens = ${TOKENS};   // activation rows per work item
 constexpr int kWarps = ${WARPS};     // warps per block
 constexpr bool kHasBias = ${BIAS};
 constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
-
-// IEEE half -> float, exact (no cuda_fp16.h: sources are self-contained).
-__device__ __forceinline__ float halfToFloat(unsigned h) {
-  const unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu,
-                 man = h & 0x3ffu;
-  if (exp == 0) {
-    const float f = (float)man * 5.9604644775390625e-08f; // man * 2^-24
-    return sign ? -f : f;
-  }
-  if (exp == 31)
-    return __uint_as_float(sign | 0x7f800000u | (man << 13));
-  return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
-}
-__device__ __forceinline__ float bf16ToFloat(unsigned h) {
-  return __uint_as_float(h << 16);
-}
 } // namespace
 )cuda";
 
 constexpr const char *kQuantTemplate = R"cuda(namespace {
 constexpr int kTiles = (kN + 7) / 8;
-constexpr int kGroup = ${GROUP};          // elements per group (a multiple of 32)
-constexpr int kGroups = kK / kGroup;
-constexpr int kBits = ${BITS};            // 4 | 8
-constexpr int kScaleType = ${SCALE_TYPE}; // 0 f16, 1 bf16, 2 f32
-constexpr int kScaleBytes = kScaleType == 2 ? 4 : 2;
-constexpr int kOffset = ${OFFSET};        // 0 sym, 1 zero point, 2 min
-constexpr long long kTileBytes = ${TILE_BYTES};
-constexpr int kOffsetsAt = 8 * kGroups * kScaleBytes;
-constexpr int kCodesAt =
-    kOffsetsAt + 8 * kGroups * (kOffset == 2 ? kScaleBytes : kOffset == 1 ? 1 : 0);
-constexpr int kW = kBits == 4 ? 4 : 8;    // lane bytes per sub-block
-constexpr int kSpanBytes = 8 * 128 * kBits / 8;
-constexpr int kSpans = (kK + 127) / 128;
-
-__device__ __forceinline__ float loadScale(const unsigned char *p) {
-  if (kScaleType == 2)
-    return *reinterpret_cast<const float *>(p);
-  const unsigned h = *reinterpret_cast<const unsigned short *>(p);
-  return kScaleType == 0 ? halfToFloat(h) : bf16ToFloat(h);
-}
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
@@ -172,18 +136,7 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
 }
 )cuda";
 
-constexpr const char *kDenseTemplate = R"cuda(namespace {
-constexpr int kWeightType = ${WEIGHT_TYPE}; // 0 f16, 1 bf16, 2 f32
-
-__device__ __forceinline__ float weightAt(const unsigned char *w, long long i) {
-  if (kWeightType == 2)
-    return reinterpret_cast<const float *>(w)[i];
-  const unsigned h = reinterpret_cast<const unsigned short *>(w)[i];
-  return kWeightType == 0 ? halfToFloat(h) : bf16ToFloat(h);
-}
-} // namespace
-
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
+constexpr const char *kDenseTemplate = R"cuda(extern "C" __global__ void __launch_bounds__(kWarps * 32)
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
@@ -249,36 +202,14 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
                      std::to_string(32 * kWarpsPerBlock) + ", gridDim.x: grid-stride over warps.\n" +
                      detail::substitute(kCommon, common);
   std::string prefix = std::string("llm_") + what + "_n" + std::to_string(p.n) + "_k" + std::to_string(p.k);
-  int64_t items = 0; // warps' work items per token chunk
-  if (p.weight == "f32" || p.weight == "f16" || p.weight == "bf16") {
-    const char *type = p.weight == "f16" ? "0" : p.weight == "bf16" ? "1" : "2";
-    body += detail::substitute(kDenseTemplate, {{"WEIGHT_TYPE", type}});
-    prefix += "_" + p.weight;
-    items = p.n;
-  } else {
-    auto format = llmrt::quant::parse_format(p.weight);
-    if (!format.ok())
-      return llmrt::invalid_argument(std::string(what) + ": weight '" + p.weight +
-                                     "' is neither f32/f16/bf16 nor a quantized format (" +
-                                     format.status().message() + ")");
-    auto rowBytes = llmrt::quant::row_bytes(*format, p.k);
-    if (!rowBytes.ok())
-      return llmrt::invalid_argument(std::string(what) + ": " + rowBytes.status().message());
-    const int64_t group = llmrt::quant::group_elems(*format, p.k);
-    body += detail::substitute(
-        kQuantTemplate,
-        {{"GROUP", std::to_string(group)},
-         {"BITS", std::to_string(format->bits)},
-         {"SCALE_TYPE", std::to_string(static_cast<int>(format->scale))},
-         {"OFFSET", std::to_string(static_cast<int>(format->offset))},
-         {"TILE_BYTES", std::to_string(llmrt::quant::kTileRows * *rowBytes)}});
-    std::string tag = llmrt::quant::format_name(*format);
-    for (char &c : tag)
-      if (c == '-')
-        c = '_';
-    prefix += "_" + tag + "_mma8";
-    items = (p.n + 7) / 8;
-  }
+  auto storage = detail::weightSource(p.weight, p.k);
+  if (!storage.ok())
+    return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
+  body += storage->constants;
+  body += storage->dense ? kDenseTemplate : kQuantTemplate;
+  prefix += "_" + storage->tag;
+  // warps' work items per token chunk
+  const int64_t items = storage->dense ? p.n : (p.n + 7) / 8;
   if (p.bias)
     prefix += "_bias";
   // Grid: one warp per item of the first token chunk; more token chunks are

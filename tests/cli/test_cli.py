@@ -189,6 +189,27 @@ def test_quantized_linear_kernels_need_the_cuda_layout(llmc, tmp_path):
     assert with_kernel == total - ops["Linear"], steps
 
 
+def test_gguf_model_has_a_gpu_kernel_for_every_step(llmc, tmp_path):
+    """SmolLM2's GGUF (Q4_1 layers, Q8_0 token table shared with the logits) in the CUDA tile
+    layout: every step, the quantized embedding gather included, has its kernel."""
+    import os
+    import shutil
+    from pathlib import Path
+    gguf = os.environ.get("LLMC_SMOLLM2_GGUF")
+    if not gguf or not Path(gguf).is_file():
+        pytest.skip("LLMC_SMOLLM2_GGUF not set (tools/test.sh sets it)")
+    if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
+        pytest.skip("no CUDA toolkit on this machine")
+    plan = tmp_path / "smol_cuda.fb"
+    proc = run([llmc, "compile", gguf, "-o", plan, "--target", "sm_90", "--weight-layout", "cuda-mma"])
+    if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
+        pytest.skip("llmc built without NVRTC")
+    assert proc.returncode == 0, proc.stderr
+    j = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)
+    assert j["program"]["ops"]["Embedding"] == 1
+    assert j["program"]["steps_with_gpu_kernel"] == j["program"]["steps"], j["program"]
+
+
 def test_compile_real_model_streams_weights(llmc, tmp_path):
     """Compiling SmolLM2 to f32 (--dequantize: 513 MiB of weights) must not hold the model in
     memory: the peak RSS llmc reports stays below the plan's weight bytes."""

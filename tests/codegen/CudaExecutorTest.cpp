@@ -35,8 +35,6 @@ public:
   ~EmulatedDriver() override {
     for (auto &[p, bytes] : live_)
       std::free(reinterpret_cast<void *>(p));
-    for (void *h : libraries_)
-      dlclose(h);
   }
 
   llmrt::StatusOr<int> version() override { return 13000; }
@@ -146,18 +144,28 @@ private:
         "  llmcCall(f, p, std::index_sequence_for<A...>{});\n}\n"
         "extern \"C\" void llmc_launch(void **params, unsigned grid, unsigned block) {\n"
         "  llmcLaunch(grid, block, [&] { llmcCallAll(&" + entry + ", params); });\n}\n";
-    const std::string cc = dir_.file(entry + ".cpp"), lib = dir_.file(entry + ".so");
+    // Entries name their source's hash: a library built once serves every test of the process.
+    static TempDir shared;
+    static std::map<std::string, void *> built;
+    void *&h = built[entry];
+    if (h)
+      return adopt(k, h);
+    const std::string cc = shared.file(entry + ".cpp"), lib = shared.file(entry + ".so");
     llmc::testing::writeFile(cc, src.data(), src.size());
     auto r = llmc::testing::runCommand(std::string("'") + LLMC_HOST_CXX +
                                            "' -std=c++20 -O1 -fPIC -shared -pthread -w -I'" +
                                            LLMC_HOST_EMULATION_DIR + "' '" + cc + "' -o '" + lib + "'",
-                                       dir_.file(entry + ".log"));
+                                       shared.file(entry + ".log"));
     if (r.exitCode != 0)
       return llmrt::internal_error("host build of " + entry + " failed:\n" + r.output);
-    void *h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h)
       return llmrt::internal_error(std::string("dlopen: ") + dlerror());
-    libraries_.push_back(h);
+    return adopt(k, h);
+  }
+
+  cuda::ModuleHandle adopt(const llmrt::fb::Kernel &k, void *h) {
+    const std::string entry = k.name()->str();
     auto m = std::make_unique<Module>();
     m->entry = entry;
     m->block = k.block_dim()->Get(0);
@@ -168,9 +176,7 @@ private:
 
   const llmrt::fb::Plan &plan_;
   uint64_t memory_;
-  TempDir dir_;
   std::map<cuda::DevicePtr, uint64_t> live_;
-  std::vector<void *> libraries_;
   std::vector<std::unique_ptr<Module>> modules_;
   int launches_ = 0;
 };
@@ -303,6 +309,26 @@ TEST(CudaExecutor, GptqDescActInTheMmaLayoutMatchesTheCpuExecutor) {
       compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/gptq_4bit_desc_act",
                   "--target sm_90 --weight-layout cuda-mma");
   runBothAndCompare(plan, 1e-4);
+}
+
+TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {
+  // Round-to-nearest int8 (GGUF Q8_0-like, as SmolLM2's token table) and int4 with a min
+  // (Q4_1-like): every weight quantized, the embedding table and the logits too.
+  for (const char *format : {"int8", "int4-g32-f16-min"}) {
+    SCOPED_TRACE(format);
+    TempDir dir;
+    const std::string plan =
+        compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                    std::string("--target sm_90 --weight-layout cuda-mma --quantize ") + format);
+    auto opened = llmrt::Plan::open(plan);
+    ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+    bool quantizedTable = false;
+    for (const auto *t : *(*opened)->fb().tensors())
+      if (t->name()->str().find("embed") != std::string::npos && t->quant() && t->quant()->size() > 0)
+        quantizedTable = true;
+    EXPECT_TRUE(quantizedTable) << "the plan's embedding table is not quantized";
+    runBothAndCompare(plan, 1e-4);
+  }
 }
 
 TEST(CudaExecutor, RefusesPlansItCannotRun) {

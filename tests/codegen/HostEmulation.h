@@ -158,6 +158,17 @@ static inline float __uint_as_float(unsigned i) {
   return f;
 }
 
+/// Round-to-nearest product and sum that the compiler may not contract into an FMA (volatile
+/// keeps each result rounded to float even where the host build contracts).
+static inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+static inline float __fadd_rn(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
+
 /// Runs kernel() as a <<<grid, block>>> launch.
 template <class Kernel> static void llmcLaunch(unsigned grid, unsigned block, Kernel kernel) {
   using namespace llmc_emu;

@@ -303,6 +303,23 @@ TEST_F(EmitterTest, LinearFollowsTheWeightStorage) {
   EXPECT_EQ(spec->gridRule, "rows/4*48"); // 1536 rows = 192 tiles, 4 warps a block
 }
 
+TEST_F(EmitterTest, EmbeddingFollowsTheTableStorage) {
+  // GGUF's Q8_0 token table: a GPU kernel only in the cuda_mma_n8 layout.
+  auto ops = parse("%t: tensor<?xi32>",
+                   "  %w = \"llm.weight\"() {name = \"e\", quant = \"int8-g32-f16-sym\"} : () -> tensor<49152x576xf32>\n"
+                   "  %0 = \"llm.embedding\"(%t, %w) : (tensor<?xi32>, tensor<49152x576xf32>) -> tensor<?x576xf32>");
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_FALSE(llmc::hasKernel(ops[1]));
+  EXPECT_TRUE(mlir::failed(llmc::emitKernel(ops[1])));
+  EXPECT_TRUE(contains(diagnostics, "--weight-layout cuda-mma")) << diagnostics;
+  (*module)->setAttr("llm.weight_layout", mlir::StringAttr::get(&ctx, "cuda_mma_n8"));
+  EXPECT_TRUE(llmc::hasKernel(ops[1]));
+  auto spec = llmc::emitKernel(ops[1]);
+  ASSERT_TRUE(mlir::succeeded(spec)) << diagnostics;
+  EXPECT_EQ(spec->family, "embedding");
+  EXPECT_TRUE(contains(spec->source, "table=int8-g32-f16-sym")) << spec->source;
+}
+
 TEST_F(EmitterTest, InvalidShapesAndAttributesFail) {
   expectFailure("%x: tensor<?x?xf32>, %w: tensor<576xf32>",
                 "  %0 = \"llm.rms_norm\"(%x, %w) {eps = 1.0e-05 : f32} : "

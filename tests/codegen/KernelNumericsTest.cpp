@@ -299,30 +299,4 @@ TEST(KernelNumerics, SiluMulBothForms) {
   EXPECT_TRUE(bitEqual(outFused, out));
 }
 
-// --- embedding --------------------------------------------------------------
-
-using EmbeddingFn = void (*)(const int *, const float *, float *, int,
-                             unsigned);
-
-TEST(KernelNumerics, EmbeddingGatherAndBadIds) {
-  const int V = 10, D = 40;
-  auto spec = llmc::emitEmbeddingKernel({V, D});
-  ASSERT_TRUE(spec.ok());
-  HostKernel k(*spec,
-               "const int *tokens, const float *table, float *out, int T",
-               "tokens, table, out, T");
-  ASSERT_TRUE(k.ok()) << k.error();
-  std::vector<float> table = randomVector(size_t(V) * D, 9);
-  std::vector<int> tokens = {3, 0, 9, -1, 10, 3};
-  const int T = int(tokens.size());
-  std::vector<float> out(size_t(T) * D, NAN);
-  k.get<EmbeddingFn>()(tokens.data(), table.data(), out.data(), T, 4);
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < D; ++j) {
-      int id = tokens[t];
-      float want = (id >= 0 && id < V) ? table[size_t(id) * D + j] : 0.0f;
-      ASSERT_EQ(out[size_t(t) * D + j], want) << "row " << t << " col " << j;
-    }
-}
-
 } // namespace

@@ -1,7 +1,7 @@
-// llm.linear / llm.logits kernels (codegen/LinearKernel.cpp), run on the CPU
-// through the host emulation against double-precision references over the
-// exactly dequantized weights (runtime/quant: quantize_row, pack_tile into
-// the cuda_mma_n8 layout, dequantize_row).
+// The kernels that read weights: llm.linear / llm.logits (codegen/LinearKernel.cpp) and
+// llm.embedding (codegen/EmbeddingKernel.cpp), run on the CPU through the host emulation against
+// double-precision references over the exactly dequantized weights (runtime/quant:
+// quantize_row, pack_tile into the cuda_mma_n8 layout, dequantize_row).
 
 #include "codegen/KernelFamilies.h"
 #include "runtime/quant/quant_format.h"
@@ -167,6 +167,57 @@ TEST(LinearKernel, DenseWeightsBiasAndGatheredRows) {
   checkLinear(p, quantizedWeight(p.weight, 24, 128, 31), 3);
   p.weight = "bf16";
   checkLinear(p, denseWeight("bf16", 24, 128, 32), 5);
+}
+
+using EmbeddingFn = void (*)(const int *, const unsigned char *, float *, int, unsigned);
+
+/// Gathers rows of a [V, D] table of `storage` (ids in and out of range, repeated) and checks
+/// every value bit for bit against the CPU's dequantization; one block must give the same.
+void checkEmbedding(const std::string &storage, int V, int D) {
+  SCOPED_TRACE(storage + " V=" + std::to_string(V) + " D=" + std::to_string(D));
+  auto spec = llmc::emitEmbeddingKernel({V, D, storage});
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  HostKernel k(*spec, "const int *tokens, const unsigned char *table, float *out, int T",
+               "tokens, table, out, T");
+  ASSERT_TRUE(k.ok()) << k.error();
+  const bool dense = storage == "f32" || storage == "f16" || storage == "bf16";
+  Weight table = dense ? denseWeight(storage, V, D, 9) : quantizedWeight(storage, V, D, 9);
+  std::vector<int> tokens = {3, 0, V - 1, -1, V, 3, V / 2, 7 % V};
+  const int T = int(tokens.size());
+  std::vector<float> out(size_t(T) * D, NAN);
+  k.get<EmbeddingFn>()(tokens.data(), table.bytes.data(), out.data(), T, gridFor(*spec, T));
+  size_t bad = 0;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < D; ++j) {
+      const int id = tokens[t];
+      const float want = (id >= 0 && id < V) ? table.values[size_t(id) * D + j] : 0.0f;
+      if (std::memcmp(&out[size_t(t) * D + j], &want, 4) != 0 && ++bad <= 5)
+        ADD_FAILURE() << "row " << t << " (id " << id << ") col " << j << ": " << out[size_t(t) * D + j]
+                      << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0u);
+  std::vector<float> one(out.size(), NAN);
+  k.get<EmbeddingFn>()(tokens.data(), table.bytes.data(), one.data(), T, 1);
+  EXPECT_TRUE(bitEqual(out, one));
+}
+
+TEST(EmbeddingKernel, EveryStorageReadsAsTheCpuDequantizesIt) {
+  for (const char *type : {"f32", "f16", "bf16"})
+    checkEmbedding(type, 10, 40);
+  // GGUF Q8_0 / Q4_1 / Q4_0 tables and other formats; vocab in a partial tile, rows ending in a
+  // short span (D = 160: 128 + 32; 96: 3 sub-blocks).
+  struct Case {
+    const char *format;
+    int V, D;
+  };
+  for (const Case &c : {Case{"int8-g32-f16-sym", 21, 160}, Case{"int4-g32-f16-min", 13, 96},
+                        Case{"int4-g32-f16-sym", 9, 64}, Case{"int4-g128-bf16-zp", 16, 256},
+                        Case{"int8-g64-f32-zp", 11, 192}, Case{"int8-row-bf16-min", 8, 224},
+                        Case{"int4-row-f32-sym", 7, 96}})
+    checkEmbedding(c.format, c.V, c.D);
+  EXPECT_FALSE(llmc::emitEmbeddingKernel({0, 8}).ok());
+  EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 100, "int4-g32-f16-sym"}).ok()); // 100 % 32 != 0
+  EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 64, "q4_k"}).ok());
 }
 
 TEST(LinearKernel, EmissionErrors) {

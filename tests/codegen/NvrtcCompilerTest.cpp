@@ -34,6 +34,9 @@ std::vector<KernelSpec> allFamilies() {
       specs.push_back(std::move(s).value());
   };
   add(llmc::emitEmbeddingKernel({49152, 576}));
+  add(llmc::emitEmbeddingKernel({49152, 576, "int8-g32-f16-sym"})); // SmolLM2's GGUF Q8_0 table
+  add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g128-f16-zp"}));
+  add(llmc::emitEmbeddingKernel({128256, 4096, "bf16"}));
   add(llmc::emitRmsNormKernel({576, 576, 1e-5f}));
   add(llmc::emitRmsNormKernel({576, 64, 1e-6f}));
   add(llmc::emitAddRmsNormKernel({576, 576, 1e-5f}));
