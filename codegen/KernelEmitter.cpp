@@ -238,7 +238,7 @@ FailureOr<KernelSpec> emitSiluMul(Operation *op) {
 }
 
 /// The storage of weight operand `v` as the linear and embedding kernels name
-/// it: "f32" for a dense weight (plans store dense weights in f32), the format name for
+/// it: "f32", "f16" or "bf16" for a dense weight, the format name for
 /// a quantized one in the cuda_mma_n8 layout, "" for a quantized one in a
 /// CPU layout (no GPU kernel reads those).
 std::string weightStorage(Operation *op, Value v) {
@@ -246,6 +246,8 @@ std::string weightStorage(Operation *op, Value v) {
   StringAttr quant = def ? def->getAttrOfType<StringAttr>("quant") : StringAttr();
   if (!quant || quant.getValue().empty())
     return "f32";
+  if (quant.getValue() == "f16" || quant.getValue() == "bf16") // dense, row-major in any layout
+    return quant.getValue().str();
   ModuleOp module = op->getParentOfType<ModuleOp>();
   StringAttr layout = module ? module->getAttrOfType<StringAttr>("llm.weight_layout") : StringAttr();
   if (!layout || layout.getValue() != "cuda_mma_n8")

@@ -188,6 +188,7 @@ llmrt::Status compile(const CompileOptions &opts) {
     popts.quantize = quantizeFormat;
     popts.quantizeEmbeddings = opts.quantizeEmbeddings;
     popts.dequantize = opts.dequantize;
+    popts.denseDtype = opts.weightDtype;
     popts.weightLayout = opts.weightLayout;
     for (const std::string &other : all)
       if (other != name)

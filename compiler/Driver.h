@@ -26,6 +26,7 @@ struct CompileOptions {
   std::string quantize;
   bool quantizeEmbeddings = true;
   bool dequantize = false;
+  std::string weightDtype = "f32";  // --weight-dtype: storage of matrices not quantized
   std::string weightLayout = "interleaved8";  // --weight-layout
   std::string cpuKernels = "fast";    ///< reference | fast
   std::string kvCacheDtype = "f32";   ///< f32 | int8

@@ -24,7 +24,10 @@ struct PlanTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<std::string> parts; ///< source tensor names, concatenated on dim 0
-  std::string quant;              ///< storage format ("" = f32), see quant_format.h
+  std::string quant;              ///< storage ("" = f32, "f16", "bf16" or a quant_format.h format)
+  /// Dense storage of 2-byte elements ("f16" / "bf16").
+  bool halfDense() const { return quant == "f16" || quant == "bf16"; }
+  bool quantized() const { return !quant.empty() && !halfDense(); }
   uint64_t offset = 0, size = 0;
 };
 
@@ -337,8 +340,8 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
       numel *= static_cast<uint64_t>(d);
     cursor = (cursor + llmrt::kTensorAlignment - 1) / llmrt::kTensorAlignment * llmrt::kTensorAlignment;
     t.offset = cursor;
-    t.size = numel * sizeof(float);
-    if (!t.quant.empty()) {
+    t.size = numel * (t.halfDense() ? 2 : sizeof(float));
+    if (t.quantized()) {
       ASSIGN_OR_RETURN(quant::Format f, quant::parse_format(t.quant));
       if (t.shape.size() != 2)
         return llmrt::invalid_argument("quantized tensor '" + t.name + "' is not 2-D");
@@ -351,11 +354,13 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   std::vector<flatbuffers::Offset<fb::Tensor>> tensorOffsets;
   for (const PlanTensor &t : tensors) {
     fb::DType dt = fb::DType::F32;
-    if (!t.quant.empty())
+    if (t.halfDense())
+      dt = t.quant == "bf16" ? fb::DType::BF16 : fb::DType::F16;
+    else if (t.quantized())
       dt = t.quant.rfind("int8", 0) == 0 ? fb::DType::I8 : fb::DType::I4;
     tensorOffsets.push_back(fb::CreateTensorDirect(
-        fbb, t.name.c_str(), dt, &t.shape, t.offset, t.size, t.quant.c_str(),
-        t.quant.empty() ? "row_major" : weightLayout.c_str()));
+        fbb, t.name.c_str(), dt, &t.shape, t.offset, t.size, t.quantized() ? t.quant.c_str() : "",
+        t.quantized() ? weightLayout.c_str() : "row_major"));
   }
 
   // Model info and KV spec come from the module (the IR is the source of truth).
@@ -474,6 +479,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   // Stream weights: one tensor at a time, never the whole model in memory.
   std::vector<float> buffer;
   std::vector<uint8_t> packed, tiled;
+  std::vector<uint16_t> halves;
   const std::vector<PlanTensor> none;
   for (const PlanTensor &t : opts.syntheticSeed ? none : tensors) {
     RETURN_IF_ERROR(writer->pad_to(t.offset));
@@ -486,9 +492,19 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
         RETURN_IF_ERROR(writer->append(buffer.data(), buffer.size() * sizeof(float)));
         continue;
       }
+      if (t.halfDense()) { // rounded to nearest even (exact for a bf16 / f16 checkpoint)
+        buffer.resize(static_cast<size_t>(src->numElements()));
+        RETURN_IF_ERROR(model.tensors->readF32(part, buffer.data()));
+        halves.resize(buffer.size());
+        const bool bf16 = t.quant == "bf16";
+        for (size_t i = 0; i < buffer.size(); ++i)
+          halves[i] = bf16 ? quant::float_to_bf16(buffer[i]) : quant::float_to_half(buffer[i]);
+        RETURN_IF_ERROR(writer->append(halves.data(), halves.size() * sizeof(uint16_t)));
+        continue;
+      }
       RETURN_IF_ERROR(appendQuantized(t, *src, buffer, packed));
     }
-    if (t.quant.empty())
+    if (!t.quantized())
       continue;
     if (weightLayoutKind == quant::Layout::kRowGroups) {
       RETURN_IF_ERROR(writer->append(packed.data(), packed.size()));

@@ -37,6 +37,9 @@ int64_t rowWidth(mlir::RankedTensorType type);
 /// True if `v` is produced by llm.weight or llm.weight_concat.
 bool isWeightValue(mlir::Value v);
 
+/// Whether a `quant` storage is dense f16 / bf16 rather than a quantized format.
+bool isDenseHalf(llvm::StringRef storage);
+
 /// The plan storage format of weight value `v` (the `quant` attribute of its
 /// llm.weight / llm.weight_concat), "" for f32.
 llvm::StringRef weightQuant(mlir::Value v);

@@ -159,6 +159,11 @@ LogicalResult WeightOp::verify() {
                             std::pair{getQuantAttr(), "quant"}}) {
     if (!attr)
       continue;
+    if (llvm::StringRef(what) == "quant" && isDenseHalf(attr.getValue())) {
+      if (t.getRank() != 2)
+        return emitOpError() << what << " needs a 2-D weight, got " << t;
+      continue;
+    }
     auto f = llmrt::quant::parse_format(attr.getValue().str());
     if (!f.ok())
       return emitOpError() << what << ": " << f.status().message();
@@ -169,6 +174,10 @@ LogicalResult WeightOp::verify() {
       return emitOpError() << what << ": " << rb.status().message();
   }
   return success();
+}
+
+bool llmc::llm::isDenseHalf(llvm::StringRef storage) {
+  return storage == "f16" || storage == "bf16";
 }
 
 llvm::StringRef llmc::llm::weightQuant(Value v) {
@@ -220,7 +229,7 @@ LogicalResult WeightConcatOp::verify() {
   auto t0 = cast<RankedTensorType>(inputs[0].getType());
   int64_t rank = t0.getRank();
   int64_t axis = getAxisAttr().getInt();
-  if (!quant.empty() && axis != 0)
+  if (!quant.empty() && !isDenseHalf(quant) && axis != 0)
     return emitOpError() << "quantized weights concatenate along axis 0 only";
   if (axis < 0 || axis >= rank)
     return emitOpError() << "axis " << axis << " is out of range for rank "

@@ -93,7 +93,9 @@ def LLM_WeightOp : LLM_Op<"weight"> {
     `source_quant` is the format the checkpoint stores the tensor in (set by
     the importer when it can be kept without requantization); `quant` is the
     format the plan stores it in (set by --llm-pack-weights), its bytes in
-    the `cpu_row_groups` layout. Without `quant` the plan holds f32.
+    the `cpu_row_groups` layout. `quant` may also name a dense storage,
+    "f16" or "bf16" (row-major, 2 bytes per element). Without `quant` the
+    plan holds f32.
   }];
   let arguments = (ins StrAttr:$name, OptionalAttr<StrAttr>:$source_quant,
                        OptionalAttr<StrAttr>:$quant);

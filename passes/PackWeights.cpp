@@ -1,7 +1,8 @@
 //===- PackWeights.cpp - --llm-pack-weights -------------------------------===//
 //
-// Decides the storage format of every weight matrix (f32, the checkpoint's
-// quantized blocks, or round-to-nearest quantization) and the backend layout.
+// Decides the storage format of every weight matrix (f32, f16 or bf16, the
+// checkpoint's quantized blocks, or round-to-nearest quantization) and the
+// backend layout.
 // The bytes themselves are produced by the plan writer while it streams the
 // weights (the IR never holds weight data).
 //
@@ -90,6 +91,11 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
       }
       rtn = *f;
     }
+    if (denseDtype != "f32" && denseDtype != "f16" && denseDtype != "bf16") {
+      module.emitError() << "--llm-pack-weights: unknown dense-dtype '" << denseDtype
+                         << "' (supported: f32, f16, bf16)";
+      return signalPassFailure();
+    }
     Builder b(module.getContext());
     module.walk([&](WeightOp w) {
       bool embeddingLike = false;
@@ -101,6 +107,8 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         else if (rtn && (!embeddingLike || quantizeEmbeddings))
           if (auto f = fitGroup(*rtn, k))
             chosen = llmrt::quant::format_name(*f);
+        if (chosen.empty() && denseDtype != "f32")
+          chosen = denseDtype;
       }
       if (chosen.empty())
         w.removeQuantAttr();

@@ -24,7 +24,9 @@ def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
         only when `quantize-embeddings`. When the rows are not a whole number
         of groups, the largest multiple of 32 below the group size that
         divides them is used (a 576-wide row takes int4-g64 for int4-g128).
-    Other weights stay f32 (with `dequantize` and no `quantize`: every
+    Other matrices are stored as `dense-dtype`: f32 (default, no `quant`),
+    or `quant = "bf16"` / `"f16"` (dense, row-major, rounded to nearest
+    even). Norm weights and biases stay f32. (With `dequantize` and no `quantize`: every
     weight, the float plan of a quantized checkpoint; with both: the
     checkpoint is dequantized, then re-quantized). The module gets `llm.weight_layout` = the target's
     layout (runtime/quant/quant_format.h): for target cpu, `layout=interleaved8`
@@ -48,6 +50,8 @@ def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
            "also quantize embedding tables and lm_head">,
     Option<"dequantize", "dequantize", "bool", /*default=*/"false",
            "store every weight as f32, even quantized checkpoint tensors">,
+    Option<"denseDtype", "dense-dtype", "std::string", /*default=*/"\"f32\"",
+           "storage of matrices that are not quantized: f32, f16 or bf16">,
     Option<"layout", "layout", "std::string", /*default=*/"\"\"",
            "weight layout: interleaved8 or row-groups (cpu), cuda-mma (cuda); empty: the target's default">,
   ];

@@ -32,6 +32,7 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opts) {
     pack.quantize = opts.quantize;
     pack.quantizeEmbeddings = opts.quantizeEmbeddings;
     pack.dequantize = opts.dequantize;
+    pack.denseDtype = opts.denseDtype;
     pack.layout = opts.weightLayout;
     pack.target = opts.weightLayout == "cuda-mma" ? "cuda" : "cpu";
     pm.addPass(createPackWeights(pack));
@@ -63,6 +64,9 @@ struct LLMPipelineCLOptions : PassPipelineOptions<LLMPipelineCLOptions> {
   Option<bool> dequantize{*this, "dequantize",
                           llvm::cl::desc("store every weight as f32 (pack-weights)"),
                           llvm::cl::init(false)};
+  Option<std::string> denseDtype{*this, "dense-dtype",
+                                 llvm::cl::desc("storage of unquantized weight matrices: f32, f16, bf16 (pack-weights)"),
+                                 llvm::cl::init("f32")};
   Option<std::string> weightLayout{*this, "weight-layout",
                                    llvm::cl::desc("quantized weight layout (pack-weights)"),
                                    llvm::cl::init("interleaved8")};
@@ -84,6 +88,7 @@ void registerLLMPipeline() {
         opts.kvDtype = cl.kvDtype;
         opts.quantize = cl.quantize;
         opts.dequantize = cl.dequantize;
+        opts.denseDtype = cl.denseDtype;
         opts.weightLayout = cl.weightLayout;
         opts.disabled.insert(cl.disable.begin(), cl.disable.end());
         buildPipeline(pm, opts);

@@ -24,6 +24,8 @@ struct PipelineOptions {
   std::string quantize;
   bool quantizeEmbeddings = true;
   bool dequantize = false;
+  /// Storage of weight matrices that are not quantized: f32, f16 or bf16.
+  std::string denseDtype = "f32";
   /// Quantized weight layout for the CPU: interleaved8 (the SIMD kernels') or row-groups.
   std::string weightLayout = "interleaved8";
   /// Passes to skip, named without the "llm-" prefix, e.g. "fuse-qkv".

@@ -150,6 +150,10 @@ int main(int argc, char **argv) {
                     "with --quantize, keep the embedding table and lm_head in f32");
   compile->add_flag("--dequantize", copts.dequantize,
                     "store every weight as f32 (the float baseline of a quantized checkpoint); with --quantize: re-quantize from the dequantized weights");
+  compile->add_option("--weight-dtype", copts.weightDtype,
+                      "storage of weight matrices that are not quantized (linear, embedding, lm_head): "
+                      "f32 (default), bf16 or f16, rounded to nearest even; norms and biases stay f32")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
                       "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "

@@ -166,6 +166,21 @@ void quantize_activations_scalar(const float* x, int64_t k, int8_t* q, float* d,
 float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, const float* dx,
                         const float* sx);
 
+// ---- half_linear.cc: dense f16 / bf16 weights, widened to f32 row block by row block ----
+
+struct HalfMatrix {
+  const uint16_t* data = nullptr;  // [n, k] row-major
+  bool bf16 = true;                // else IEEE f16
+  int64_t n = 0, k = 0;
+};
+/// linear() over the widened weights: bit-identical to linear() on f32 weights of equal value.
+/// rows as in linear() (logits pass their indices). Uses scratch.deq.
+void linear_h(const float* x, const int32_t* rows, int64_t num_rows, const HalfMatrix& w,
+              const float* bias, float* y, QuantScratch& scratch, ThreadPool& pool);
+/// out[t, :] = widened row tokens[t] of the [vocab, dim] table.
+void embedding_h(const int32_t* tokens, int64_t num_tokens, const HalfMatrix& table, float* out,
+                 ThreadPool& pool);
+
 // ---- logits.cc ----
 
 /// out[i, :] = x[indices[i], :] . w^T for i < num_indices; w is [vocab, dim].

@@ -33,6 +33,8 @@ struct CpuExecutor::Step {
   const float* bias = nullptr;  // optional second weight
   bool quantized = false;       // main weight is qw (cpu_row_groups), not w
   cpu::QuantMatrix qw;
+  bool half = false;            // main weight is hw (dense f16 / bf16), not w
+  cpu::HalfMatrix hw;
   int64_t k = 0, n = 0;         // linear/logits: in, out widths; norms: dim, group
   float eps = 0.0f, scale = 1.0f;
   int layer = 0, num_heads = 0, head_dim = 0, window = 0;
@@ -236,7 +238,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   }
   int64_t quant_k_max = 0;
   for (const Step& st : steps_)
-    if (st.quantized && st.op != fb::OpKind::Embedding) quant_k_max = std::max(quant_k_max, st.k);
+    if (st.quantized || st.half) quant_k_max = std::max(quant_k_max, st.k);
   if (quant_k_max > 0) {
     quant_scratch_ = std::make_unique<cpu::QuantScratch>();
     const int threads = opt.threads > 0 ? opt.threads
@@ -372,8 +374,25 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (!tensors || ti < 0 || ti >= static_cast<int>(tensors->size()))
       return invalid_argument(where + ": weight index " + str(ti) + " out of range");
     const fb::Tensor* t = tensors->Get(ti);
-    if (!t->quant() || t->quant()->size() == 0) return weight(0, {n, k}, &st->w);
     const std::string tname = t->name() ? t->name()->str() : "?";
+    const bool quantized = t->quant() && t->quant()->size() != 0;
+    if (!quantized && (t->dtype() == fb::DType::F16 || t->dtype() == fb::DType::BF16)) {
+      const auto* dims = t->shape();
+      if (!dims || dims->size() != 2 || dims->Get(0) <= 0 || (n >= 0 && dims->Get(0) != n) ||
+          dims->Get(1) != k)
+        return invalid_argument(where + ": weight '" + tname + "' does not have shape [" +
+                                (n >= 0 ? str(n) : std::string("?")) + "," + str(k) + "]");
+      if (t->size() != static_cast<uint64_t>(dims->Get(0)) * static_cast<uint64_t>(k) * 2)
+        return invalid_argument(where + ": weight '" + tname + "' size does not match its shape");
+      st->hw.data = reinterpret_cast<const uint16_t*>(plan.tensor_data(ti));
+      if (!st->hw.data) return invalid_argument(where + ": weight '" + tname + "' has no data");
+      st->hw.bf16 = t->dtype() == fb::DType::BF16;
+      st->hw.n = dims->Get(0);
+      st->hw.k = k;
+      st->half = true;
+      return ok_status();
+    }
+    if (!quantized) return weight(0, {n, k}, &st->w);
     StatusOr<quant::Format> f = quant::parse_format(t->quant()->str());
     if (!f.ok()) return f.status().with_context(where + ": weight '" + tname + "'");
     if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : fb::DType::I4))
@@ -488,6 +507,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
       if (rows > INT32_MAX) return invalid_argument(where + ": embedding table too large");
       embedding_rows_ = embedding_rows_ ? std::min<int>(embedding_rows_, rows) : static_cast<int>(rows);
       st->n = width(st->out[0]);
+      st->k = st->n;  // sizes the quantized kernels' scratch when the table is quantized
       return ok_status();
     }
     case fb::OpKind::RmsNorm: {
@@ -746,7 +766,9 @@ void CpuExecutor::set_profiler(Profiler* profiler) {
       case fb::OpKind::Linear:
       case fb::OpKind::Logits:
         detail = str(st.k) + "->" + str(st.n) + (st.bias ? " +bias" : "") +
-                 (st.quantized ? " " + quant::format_name(st.qw.format) : std::string());
+                 (st.quantized ? " " + quant::format_name(st.qw.format)
+                  : st.half   ? std::string(st.hw.bf16 ? " bf16" : " f16")
+                              : std::string());
         break;
       case fb::OpKind::Split:
         detail = str(st.k) + "->";
@@ -809,6 +831,8 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
       case fb::OpKind::Embedding:
         if (st.quantized)
           cpu::embedding_q(b.tokens.data(), T, st.qw, P(st.out[0]), *quant_scratch_, pool);
+        else if (st.half)
+          cpu::embedding_h(b.tokens.data(), T, st.hw, P(st.out[0]), pool);
         else
           cpu::embedding(b.tokens.data(), T, st.w, st.n, P(st.out[0]), pool);
         break;
@@ -826,6 +850,8 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
         if (st.quantized)
           cpu::linear_q(P(st.in[0]), nullptr, T, st.qw, st.bias, P(st.out[0]),
                         static_cast<cpu::CpuContract>(contract_), *quant_scratch_, pool);
+        else if (st.half)
+          cpu::linear_h(P(st.in[0]), nullptr, T, st.hw, st.bias, P(st.out[0]), *quant_scratch_, pool);
         else
           cpu::linear(P(st.in[0]), nullptr, T, st.k, st.w, st.n, st.bias, P(st.out[0]), pool);
         break;
@@ -872,6 +898,8 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
         if (L > 0 && st.quantized)
           cpu::linear_q(P(st.in[0]), b.logits_indices.data(), L, st.qw, nullptr, logits,
                         static_cast<cpu::CpuContract>(contract_), *quant_scratch_, pool);
+        else if (L > 0 && st.half)
+          cpu::linear_h(P(st.in[0]), b.logits_indices.data(), L, st.hw, nullptr, logits, *quant_scratch_, pool);
         else if (L > 0)
           cpu::logits(P(st.in[0]), st.k, b.logits_indices.data(), L, st.w, st.n, logits, pool);
         break;

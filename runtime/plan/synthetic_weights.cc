@@ -71,10 +71,25 @@ Status generate_synthetic_weights(const fb::Plan& plan, uint64_t seed, uint8_t* 
     const bool matrix = shape->size() == 2;
     // "x.bias", or a fused "concat(q.bias,k.bias,v.bias)"
     const bool bias = name.find(".bias") != std::string::npos;
+    if ((!t->quant() || t->quant()->size() == 0) &&
+        (t->dtype() == fb::DType::BF16 || t->dtype() == fb::DType::F16)) {
+      if (t->size() != static_cast<uint64_t>(n * k) * 2)
+        return invalid_argument("synthetic weights: tensor '" + name + "' has an inconsistent size");
+      const bool bf16 = t->dtype() == fb::DType::BF16;
+      parallel(n, threads, [&](int64_t r) {  // the f32 row, rounded to nearest even
+        std::vector<float> x(static_cast<size_t>(k));
+        fill_row(seed, h, r, matrix, bias, x.data(), k);
+        for (int64_t i = 0; i < k; ++i) {
+          const uint16_t v = bf16 ? quant::float_to_bf16(x[i]) : quant::float_to_half(x[i]);
+          std::memcpy(dst + (r * k + i) * 2, &v, 2);
+        }
+      });
+      continue;
+    }
     if (!t->quant() || t->quant()->size() == 0) {
       if (t->dtype() != fb::DType::F32 || t->size() != static_cast<uint64_t>(n * k) * 4)
         return unimplemented("synthetic weights: tensor '" + name + "' has dtype " +
-                             fb::EnumNameDType(t->dtype()) + " (only f32 and quantized are generated)");
+                             fb::EnumNameDType(t->dtype()) + " (only f32, f16, bf16 and quantized are generated)");
       float* out = reinterpret_cast<float*>(dst);
       parallel(n, threads, [&](int64_t r) { fill_row(seed, h, r, matrix, bias, out + r * k, k); });
       continue;

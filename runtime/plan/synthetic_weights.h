@@ -6,6 +6,7 @@
 //   f32 [n, k] matrices   uniform in [-a, a], a = sqrt(3 / k) (variance 1/k: activations stay O(1))
 //   f32 1-D "*.bias"      uniform in [-0.02, 0.02]
 //   f32 1-D otherwise     (norm weights) 1 + uniform in [-0.1, 0.1]
+//   f16 / bf16 [n, k]     the f32 rows above rounded to nearest even
 //   quantized [n, k]      the f32 rows above quantized with quantize_row (round to nearest) into
 //                         the tensor's format, then packed into its layout
 // They only exercise speed and memory: the model's outputs are meaningless.

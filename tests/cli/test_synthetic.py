@@ -60,6 +60,23 @@ def test_synthetic_quantized_plans_run(llmc, llmrt, tmp_path):
     assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
 
 
+def test_synthetic_half_plans_are_the_rounded_f32_rows(llmc, llmrt, tmp_path):
+    """--weight-dtype bf16 / f16 with synthetic weights: the generated f32 rows rounded, so the
+    logits stay close to the f32 plan's (and differ: the rounding is there)."""
+    plans = {}
+    for dtype in ("f32", "bf16", "f16"):
+        plans[dtype] = tmp_path / f"{dtype}.fb"
+        ok([llmc, "compile", "--synthetic-weights", "5", TINY / "llama", "-o", plans[dtype], "--target",
+            "none", "-q", "--weight-dtype", dtype])
+    assert set(inspect(llmc, plans["bf16"])["tensors"]["bytes_by_dtype"]) == {"BF16", "F32"}
+    out = {d: logits(llmrt, p, [1, 2, 3, 4], tmp_path) for d, p in plans.items()}
+    scale = np.abs(out["f32"]).max()
+    for dtype, tol in (("bf16", 3e-2), ("f16", 5e-3)):
+        err = np.abs(out[dtype] - out["f32"]).max() / scale
+        print(f"synthetic {dtype}: max|diff| / max|logit| = {err:.2e}")
+        assert 0 < err < tol, (dtype, err)
+
+
 def test_synthetic_weights_need_a_config(llmc, tmp_path):
     proc = run([llmc, "compile", "--synthetic-weights", "1", tmp_path / "nothing", "-o", tmp_path / "x.fb"])
     clean_error(proc, "config.json")

@@ -331,6 +331,18 @@ TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {
   }
 }
 
+TEST(CudaExecutor, DenseHalfPlansMatchTheCpuExecutor) {
+  // --weight-dtype: bf16 with q/k/v biases (qwen2), f16 with the table tied to the logits.
+  for (auto [model, dtype] : {std::pair{"qwen2", "bf16"}, std::pair{"llama_tied", "f16"}}) {
+    SCOPED_TRACE(std::string(model) + " " + dtype);
+    TempDir dir;
+    const std::string plan =
+        compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/" + model,
+                    std::string("--target sm_90 --weight-dtype ") + dtype);
+    runBothAndCompare(plan, 1e-4);
+  }
+}
+
 TEST(CudaExecutor, RefusesPlansItCannotRun) {
   const std::string model = std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama";
   struct Case {

@@ -21,6 +21,7 @@
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/cpu/vector_ops.h"
 #include "runtime/cpu/vexp.h"
+#include "runtime/quant/quant_format.h"
 
 namespace llmrt {
 namespace {
@@ -329,6 +330,40 @@ TEST(Linear, MatchesReferenceAndIsBatchAndThreadInvariant) {
     cpu::linear(x.data(), nullptr, c.t, c.k, w.data(), c.n, bp, ys.data(), three);
     set_active_isa(detected_isa());
     EXPECT_TRUE(bit_equal(y1, ys)) << "scalar and SIMD differ";
+  }
+}
+
+TEST(HalfLinear, WidenedWeightsGiveTheF32KernelsBits) {
+  // linear_h / embedding_h over f16 and bf16 weights must equal linear / the row copy over the
+  // same values in f32 (k = 70 and n = 37 leave partial blocks; rows gathered like logits).
+  ThreadPool pool(3);
+  cpu::QuantScratch scratch;
+  const int64_t T = 5, K = 70, N = 37;
+  auto x = random_vec(T * K, 31), src = random_vec(N * K, 32, 3.0f), bias = random_vec(N, 33);
+  for (bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f16");
+    std::vector<uint16_t> half(src.size());
+    std::vector<float> wide(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      half[i] = bf16 ? quant::float_to_bf16(src[i]) : quant::float_to_half(src[i]);
+      wide[i] = bf16 ? quant::bf16_to_float(half[i]) : quant::half_to_float(half[i]);
+    }
+    const cpu::HalfMatrix hw{half.data(), bf16, N, K};
+    std::vector<float> got(T * N), want(T * N);
+    cpu::linear_h(x.data(), nullptr, T, hw, bias.data(), got.data(), scratch, pool);
+    cpu::linear(x.data(), nullptr, T, K, wide.data(), N, bias.data(), want.data(), pool);
+    EXPECT_TRUE(bit_equal(got, want));
+    const std::vector<int32_t> rows = {4, 0, 2};
+    std::vector<float> g2(rows.size() * N), w2(rows.size() * N);
+    cpu::linear_h(x.data(), rows.data(), 3, hw, nullptr, g2.data(), scratch, pool);
+    cpu::logits(x.data(), K, rows.data(), 3, wide.data(), N, w2.data(), pool);
+    EXPECT_TRUE(bit_equal(g2, w2));
+    // The table as embedding: rows K wide.
+    const std::vector<int32_t> tokens = {36, 0, 5, 36};
+    std::vector<float> e1(tokens.size() * K), e2(tokens.size() * K);
+    cpu::embedding_h(tokens.data(), 4, hw, e1.data(), pool);
+    cpu::embedding(tokens.data(), 4, wide.data(), K, e2.data(), pool);
+    EXPECT_TRUE(bit_equal(e1, e2));
   }
 }
 

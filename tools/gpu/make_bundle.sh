@@ -37,13 +37,19 @@ compile "$QUANT/gptq_8bit_sym" -o "$OUT/plans/gptq8_mma.fb" --target "$TARGET" -
   --cpu-kernels reference
 compile "$QUANT/awq_4bit_gemm" -o "$OUT/plans/awq4_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
   --cpu-kernels reference
-# Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like) and dense f32 (the plan
-# writer stores dense weights in f32; bf16 storage is not there yet).
+# Dense bf16 weights (with q/k/v biases) and quantized tables (int8 like GGUF's Q8_0 token table,
+# read by the embedding gather and the logits).
+compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16.fb" --target "$TARGET" --weight-dtype bf16
+compile "$TINY" -o "$OUT/plans/tiny_llama_int8_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
+  --quantize int8 --cpu-kernels reference
+# Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like: embedding and lm_head stay
+# bf16) and dense bf16.
 CFG=$(mktemp -d)
 cp "$ROOT/tests/gpu/llama3_8b_config.json" "$CFG/config.json"
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --target "$TARGET" \
-  --quantize int4-g128 --no-quantize-embeddings --weight-layout cuda-mma --max-model-len 4096
-compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_f32.fb" --target "$TARGET" --max-model-len 4096
+  --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target "$TARGET" --weight-dtype bf16 \
+  --max-model-len 4096
 rm -rf "$CFG"
 cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
    "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"

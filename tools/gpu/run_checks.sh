@@ -6,7 +6,7 @@
 #   2. the differential check: every plan's logits at every prompt position on the GPU against
 #      the CPU backend (reference contract), tolerance 1e-3 of the largest |logit|, and greedy
 #      continuations compared token by token;
-#   3. llmrt bench --device cuda on Llama-3-8B shapes (int4-g128 and f32), decode at batch 1 and
+#   3. llmrt bench --device cuda on Llama-3-8B shapes (int4-g128 and bf16), decode at batch 1 and
 #      32, next to the bandwidth bound (weight bytes read per token / device read bandwidth
 #      measured here) and Hugging Face transformers (eager; compiled with a static cache) when
 #      PyTorch is installed.
@@ -71,7 +71,7 @@ print(f"{x.numel() * 10 * 2 / (s.elapsed_time(e) / 1e3) / 1e9:.1f}")
 PY
 )
 say "device copy bandwidth (read+write, torch): ${BW:-unknown (no PyTorch)} GB/s"
-for plan in llama3_8b_int4_g128 llama3_8b_f32; do
+for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
   timeout 400 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512 --tg 64 --batch 32 -r 2 \
     --json-out "$OUT/$plan.bench.json" > "$OUT/$plan.bench.txt" 2>&1 || { say "$plan: bench FAILED"; status=1; }
   say '```'; cat "$OUT/$plan.bench.txt" | tee -a "$MD" > /dev/null; say '```'
@@ -81,7 +81,7 @@ import json, sys
 ins, bench, bw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
 total = ins["tensors"]["bytes"]
 vocab, hidden = ins["model"]["vocab_size"], ins["model"]["hidden_size"]
-per_token = total - vocab * hidden * 4  # a decode step reads one row of the (f32) embedding table
+per_token = total - vocab * hidden * 2  # a decode step reads one row of the (bf16) embedding table
 for t in bench["tests"]:
     if t["kind"] not in ("tg", "batch"):  # decode at batch 1, batched decode
         continue

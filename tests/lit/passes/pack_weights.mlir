@@ -7,6 +7,9 @@
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='layout=row-groups' | FileCheck %s --check-prefix=ROWS
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='target=cuda' | FileCheck %s --check-prefix=CUDA
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='target=cuda layout=cuda-mma' | FileCheck %s --check-prefix=CUDA
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='dense-dtype=bf16' --llm-fuse-gate-up | FileCheck %s --check-prefix=BF16
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='dense-dtype=f16 dequantize=true' | FileCheck %s --check-prefix=F16
+// RUN: not llmc-opt %s -split-input-file --llm-pack-weights='dense-dtype=f64' 2>&1 | FileCheck %s --check-prefix=DENSE
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='layout=columns' 2>&1 | FileCheck %s --check-prefix=LAYOUT
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=cuda layout=interleaved8' 2>&1 | FileCheck %s --check-prefix=MISMATCH
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=tpu' 2>&1 | FileCheck %s --check-prefix=TARGET
@@ -52,6 +55,20 @@
 // FUSE: llm.split {{.*}} sizes [64, 32]
 // FUSE: llm.linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
 // FUSE: llm.weight_concat %{{.*}}, %{{.*}} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<256x64xf32>
+
+// dense-dtype: matrices that get no format are stored in 2-byte floats (quant = "bf16" / "f16");
+// checkpoint formats are kept, norms stay f32, and equal dense storages still fuse.
+// BF16: llm.weight "emb" {quant = "int8-g32-f16-sym", source_quant = "int8-g32-f16-sym"}
+// BF16: llm.weight "norm" : tensor<64xf32>
+// BF16: llm.weight "wg" {quant = "bf16"} : tensor<128x64xf32>
+// BF16: llm.weight "wu" {quant = "bf16"} : tensor<128x64xf32>
+// BF16: llm.weight_concat %{{.*}}, %{{.*}} {quant = "bf16"} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<256x64xf32>
+// BF16: llm.weight "wd" {quant = "bf16"} : tensor<64x128xf32>
+// BF16: llm.weight "head" {quant = "bf16"} : tensor<256x64xf32>
+// F16: llm.weight "emb" {quant = "f16", source_quant = "int8-g32-f16-sym"}
+// F16: llm.weight "norm" : tensor<64xf32>
+// F16: llm.weight "wq" {quant = "f16", source_quant = "int4-g32-f16-min"}
+// DENSE: unknown dense-dtype 'f64' (supported: f32, f16, bf16)
 
 // TARGET: unknown target 'tpu' (supported: cpu, cuda)
 // FORMAT: quantization format 'int5'
