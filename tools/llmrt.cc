@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   bool pin_threads = false;
   std::string cpu_kernels;
   std::string device = "cpu";
+  bool no_cuda_graphs = false;
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
   run->add_option("plan", plan_path, "plan file from llmc compile")->required();
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
                   "cpu (default), cuda[:N] (the plan's GPU kernels; an error if they cannot run) or auto "
                   "(cuda when it can run the plan, else cpu)");
   run->add_flag("--pin-threads", pin_threads, "pin each CPU thread to one core");
+  run->add_flag("--no-cuda-graphs", no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   run->add_option("--cpu-kernels", cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));
@@ -196,6 +198,7 @@ int main(int argc, char** argv) {
   llmrt::GeneratorOptions gopts;
   if (auto s = llmrt::check_device_name(device); !s.ok()) return fail(s);
   gopts.device = device;
+  gopts.cuda_graphs = !no_cuda_graphs;
   gopts.executor.threads = threads;
   gopts.executor.pin_threads = pin_threads;
   gopts.executor.cpu_kernels = cpu_kernels;

@@ -57,6 +57,7 @@ struct BenchFlags {
   std::string seed = "1234";
   std::string cpu_kernels;  // "" = the plan's
   std::string device = "cpu";
+  bool no_cuda_graphs = false;
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
@@ -305,6 +306,7 @@ int run_bench(const BenchFlags& f) {
   }
   if (auto s = llmrt::check_device_name(f.device); !s.ok()) return fail(s);
   gopts.device = f.device;
+  gopts.cuda_graphs = !f.no_cuda_graphs;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -435,6 +437,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--batch", f.batch, "batch sizes of the batched decode tests, comma separated (0: none)")->capture_default_str();
   cmd->add_option("--isa", f.isa, "SIMD level of the CPU kernels (scalar, avx2, avx2-vnni, avx512-vnni; default: the best this CPU has)");
   cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)");
+  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

@@ -38,6 +38,7 @@ struct ServeFlags {
   bool pin_threads = false;
   std::string cpu_kernels;
   std::string device = "cpu";
+  bool no_cuda_graphs = false;
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   int max_model_len = 0;
@@ -172,6 +173,7 @@ int run_serve(const ServeFlags& f) {
   eo.pin_threads = f.pin_threads;
   eo.cpu_kernels = f.cpu_kernels;
   eo.device = f.device;
+  eo.cuda_graphs = !f.no_cuda_graphs;
   eo.max_num_batched_tokens = f.max_num_batched_tokens;
   eo.max_num_seqs = f.max_num_seqs;
   eo.max_model_len = f.max_model_len;
@@ -225,6 +227,7 @@ Subcommand add_serve_command(CLI::App& app) {
         auto s = llmrt::check_device_name(d);
         return s.ok() ? std::string() : std::string(s.message());
       });
+  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

@@ -43,6 +43,12 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(sym("cuModuleGetFunction", &function_));
     RETURN_IF_ERROR(sym("cuLaunchKernel", &launch_));
     RETURN_IF_ERROR(sym("cuCtxSynchronize", &sync_));
+    RETURN_IF_ERROR(sym("cuStreamCreate", &stream_create_));
+    // Graphs are optional: without them every step is launched on its own.
+    graphs_ = optional("cuStreamBeginCapture_v2", &begin_capture_) &&
+              optional("cuStreamEndCapture", &end_capture_) &&
+              optional("cuGraphInstantiateWithFlags", &instantiate_) && optional("cuGraphLaunch", &graph_launch_) &&
+              optional("cuGraphExecDestroy", &exec_destroy_) && optional("cuGraphDestroy", &graph_destroy_);
     error_name_ = reinterpret_cast<decltype(error_name_)>(dlsym(lib_, "cuGetErrorName"));
     return check(init_(0), "cuInit");
   }
@@ -52,7 +58,12 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(check(get_(&d, ordinal), "cuDeviceGet"));
     void* ctx = nullptr;
     RETURN_IF_ERROR(check(retain_(&ctx, d), "cuDevicePrimaryCtxRetain"));
-    return check(set_current_(ctx), "cuCtxSetCurrent");
+    RETURN_IF_ERROR(check(set_current_(ctx), "cuCtxSetCurrent"));
+    // A stream of our own (graphs cannot capture the legacy default stream). Flags 0 make it a
+    // blocking stream: the synchronous copies, on the legacy stream, wait for its work and it
+    // waits for theirs, so the order of calls is the order of work.
+    stream_ = nullptr;
+    return check(stream_create_(&stream_, 0), "cuStreamCreate");
   }
   StatusOr<DevicePtr> alloc(uint64_t bytes) override {
     DevicePtr p = 0;
@@ -84,10 +95,27 @@ class DlDriver : public Driver {
   }
   Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) override {
     return check(launch_(fn, grid, 1, 1, static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]),
-                         static_cast<unsigned>(block[2]), shared, nullptr, params, nullptr),
+                         static_cast<unsigned>(block[2]), shared, stream_, params, nullptr),
                  "cuLaunchKernel");
   }
   Status synchronize() override { return check(sync_(), "cuCtxSynchronize"); }
+
+  Status begin_capture() override {
+    if (!graphs_) return unimplemented("this CUDA driver has no graph API");
+    return check(begin_capture_(stream_, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), "cuStreamBeginCapture");
+  }
+  StatusOr<GraphHandle> end_capture() override {
+    if (!graphs_) return unimplemented("this CUDA driver has no graph API");
+    void* graph = nullptr;
+    RETURN_IF_ERROR(check(end_capture_(stream_, &graph), "cuStreamEndCapture"));
+    void* exec = nullptr;
+    const CUresult r = instantiate_(&exec, graph, 0);
+    graph_destroy_(graph);  // the instance keeps what it needs
+    RETURN_IF_ERROR(check(r, "cuGraphInstantiateWithFlags"));
+    return exec;
+  }
+  Status launch_graph(GraphHandle g) override { return check(graph_launch_(g, stream_), "cuGraphLaunch"); }
+  Status destroy_graph(GraphHandle g) override { return check(exec_destroy_(g), "cuGraphExecDestroy"); }
 
   StatusOr<int> version() override {
     int v = 0;
@@ -124,6 +152,11 @@ class DlDriver : public Driver {
     if (!*out) return internal_error(std::string("libcuda.so.1 has no ") + name + " (driver too old?)");
     return ok_status();
   }
+  template <typename F>
+  bool optional(const char* name, F** out) {
+    *out = reinterpret_cast<F*>(dlsym(lib_, name));
+    return *out != nullptr;
+  }
   Status check(CUresult r, const char* call) const {
     if (r == 0) return ok_status();
     const char* name = nullptr;
@@ -152,6 +185,15 @@ class DlDriver : public Driver {
   CUresult (*launch_)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                       void**) = nullptr;
   CUresult (*sync_)() = nullptr;
+  CUresult (*stream_create_)(void**, unsigned) = nullptr;
+  CUresult (*begin_capture_)(void*, int) = nullptr;
+  CUresult (*end_capture_)(void*, void**) = nullptr;
+  CUresult (*instantiate_)(void**, void*, unsigned long long) = nullptr;
+  CUresult (*graph_launch_)(void*, void*) = nullptr;
+  CUresult (*exec_destroy_)(void*) = nullptr;
+  CUresult (*graph_destroy_)(void*) = nullptr;
+  bool graphs_ = false;
+  void* stream_ = nullptr;  // CUstream
   CUresult (*error_name_)(CUresult, const char**) = nullptr;
 };
 

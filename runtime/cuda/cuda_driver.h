@@ -24,6 +24,8 @@ using DevicePtr = uint64_t;
 /// Opaque handles of a loaded module (CUmodule) and a kernel in it (CUfunction).
 using ModuleHandle = void*;
 using FunctionHandle = void*;
+/// An instantiated CUDA graph (CUgraphExec).
+using GraphHandle = void*;
 
 class Driver {
  public:
@@ -47,6 +49,16 @@ class Driver {
   /// params[i] points at the value of the kernel's i-th parameter.
   virtual Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) = 0;
   virtual Status synchronize() = 0;
+
+  // CUDA graphs of the stream's work (cuStreamBeginCapture / cuStreamEndCapture /
+  // cuGraphInstantiate): between begin_capture() and end_capture() launches are recorded, not
+  // run, each with the parameter values it was given; launch_graph() replays them in order on
+  // the stream. No other device call may come between begin and end. Drivers without graphs
+  // keep these defaults (Unimplemented), and callers launch step by step instead.
+  virtual Status begin_capture() { return unimplemented("CUDA graphs are not supported by this driver"); }
+  virtual StatusOr<GraphHandle> end_capture() { return unimplemented("CUDA graphs are not supported by this driver"); }
+  virtual Status launch_graph(GraphHandle) { return unimplemented("CUDA graphs are not supported by this driver"); }
+  virtual Status destroy_graph(GraphHandle) { return ok_status(); }
 };
 
 /// dlopen("libcuda.so.1") and cuInit(0). Errors: Unavailable "no CUDA driver: ..." when the

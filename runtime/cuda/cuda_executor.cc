@@ -72,6 +72,8 @@ std::string CudaExecutor::device_name() const {
 
 CudaExecutor::~CudaExecutor() {
   if (!driver_) return;
+  for (GraphHandle g : graphs_)
+    if (g) (void)driver_->destroy_graph(g);
   for (DevicePtr p : allocations_) (void)driver_->free(p);
 }
 
@@ -119,6 +121,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   table_stride_ = (max_model_len_ + block_size_ - 1) / block_size_;
   if (opt.max_grid < 1) return invalid_argument("max_grid must be >= 1");
   max_grid_ = opt.max_grid;
+  graphs_enabled_ = opt.cuda_graphs;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -178,6 +181,13 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   RETURN_IF_ERROR(allocate(T * 4, &logit_rows_));
   RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
   table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
+  graph_sizes_ = graph_batch_sizes(std::min(max_seqs_, max_tokens_));
+  graphs_.assign(graph_sizes_.size(), nullptr);
+  const size_t pad = static_cast<size_t>(std::min(max_seqs_, max_tokens_)) + 1;
+  pad_tokens_.assign(pad, 0);
+  pad_positions_.assign(pad, 0);
+  pad_rows_.assign(pad, 0);
+  pad_slots_.assign(pad, -1);
 
   // Permutations (GPTQ desc_act) in one buffer.
   const fb::Program* prog = plan.program("forward");
@@ -286,6 +296,14 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
     std::copy_n(b.block_tables.data() + static_cast<size_t>(s) * b.max_blocks_per_seq, used,
                 table_staging_.data() + static_cast<size_t>(s) * table_stride_);
   }
+  // A decode step (one row per sequence, logits for each): replay its graph.
+  if (graphs_enabled_ && T > 0 && T == S && L == T) {
+    bool decode = true;
+    for (int i = 0; i < T && decode; ++i)
+      decode = b.query_start[i + 1] == i + 1 && b.logits_indices[i] == i;
+    const int B = decode ? graph_bucket(graph_sizes_, T) : -1;
+    if (B > 0) return replay_decode(b, B, logits);
+  }
   RETURN_IF_ERROR(driver_->copy_to_device(tokens_, b.tokens.data(), T * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(positions_, b.positions.data(), T * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(slots_, b.kv_slots.data(), T * 8ull));
@@ -294,6 +312,57 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
     RETURN_IF_ERROR(driver_->copy_to_device(tables_, table_staging_.data(), static_cast<uint64_t>(S) * table_stride_ * 4));
   if (L > 0) RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, b.logits_indices.data(), L * 4ull));
 
+  RETURN_IF_ERROR(launch_steps(T, S, L));
+  if (L > 0) RETURN_IF_ERROR(driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4));
+  return ok_status();
+}
+
+Status CudaExecutor::replay_decode(const BatchInput& b, int B, float* logits) {
+  const int T = static_cast<int>(b.tokens.size());
+  // Padding rows: token 0, position 0, no KV write, block table row of block 0; their logits
+  // are computed and dropped.
+  for (int i = 0; i < B; ++i) {
+    const bool real = i < T;
+    pad_tokens_[i] = real ? b.tokens[i] : 0;
+    pad_positions_[i] = real ? b.positions[i] : 0;
+    pad_slots_[i] = real ? b.kv_slots[i] : -1;
+    pad_rows_[i] = i;
+    if (!real) table_staging_[static_cast<size_t>(i) * table_stride_] = 0;
+  }
+  for (int s = 0; s < T; ++s) {
+    const int used = (b.context_lens[s] + block_size_ - 1) / block_size_;
+    std::copy_n(b.block_tables.data() + static_cast<size_t>(s) * b.max_blocks_per_seq, used,
+                table_staging_.data() + static_cast<size_t>(s) * table_stride_);
+  }
+  RETURN_IF_ERROR(driver_->copy_to_device(tokens_, pad_tokens_.data(), B * 4ull));
+  RETURN_IF_ERROR(driver_->copy_to_device(positions_, pad_positions_.data(), B * 4ull));
+  RETURN_IF_ERROR(driver_->copy_to_device(slots_, pad_slots_.data(), B * 8ull));
+  // query_start of the padded batch is 0..B: the same values as the row indices plus B.
+  pad_rows_[B] = B;
+  RETURN_IF_ERROR(driver_->copy_to_device(query_start_, pad_rows_.data(), (B + 1) * 4ull));
+  RETURN_IF_ERROR(driver_->copy_to_device(tables_, table_staging_.data(), static_cast<uint64_t>(B) * table_stride_ * 4));
+  RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, pad_rows_.data(), B * 4ull));
+  const size_t k = static_cast<size_t>(std::find(graph_sizes_.begin(), graph_sizes_.end(), B) - graph_sizes_.begin());
+  if (!graphs_[k]) {
+    Status begun = driver_->begin_capture();
+    if (!begun.ok()) {  // no graph API: launch step by step from now on
+      graphs_enabled_ = false;
+      warnings_.push_back("CUDA graphs unavailable (" + std::string(begun.message()) + "): steps launch one by one");
+      RETURN_IF_ERROR(launch_steps(B, B, B));
+    } else {
+      Status launched = launch_steps(B, B, B);
+      StatusOr<GraphHandle> graph = driver_->end_capture();  // ends the capture even after an error
+      RETURN_IF_ERROR(launched.with_context("capturing the decode graph of batch " + std::to_string(B)));
+      if (!graph.ok()) return graph.status().with_context("capturing the decode graph of batch " + std::to_string(B));
+      graphs_[k] = *graph;
+      ++graph_count_;
+    }
+  }
+  if (graphs_[k]) RETURN_IF_ERROR(driver_->launch_graph(graphs_[k]));
+  return driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(T) * vocab_size_ * 4);
+}
+
+Status CudaExecutor::launch_steps(int T, int S, int L) {
   std::vector<uint64_t>& args = args_;
   for (const Step& st : steps_) {
     int rows = T;
@@ -361,7 +430,6 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
     Status launched = driver_->launch(st.fn, static_cast<unsigned>(grid), st.block, st.shared, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
   }
-  if (L > 0) RETURN_IF_ERROR(driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4));
   return ok_status();
 }
 

@@ -10,6 +10,12 @@
 // modules. forward() uploads the batch (block tables repacked to a fixed stride), launches every
 // step with its grid rule and copies the requested logits back.
 //
+// Decode steps (one new token per sequence, logits for each) replay a CUDA graph instead: the
+// batch is padded to the next size of graph_batch_sizes() (launch_plan.h) with rows that write no
+// KV (slot -1) and whose logits are not copied back (rows are independent in every kernel), and
+// the graph of that size, captured on first use, launches the whole forward at once. Every kernel
+// reads the batch from device buffers at fixed addresses, so a captured graph stays valid.
+//
 // All device calls go through cuda::Driver, so tests run this executor over a driver that
 // emulates the device on the host (tests/unit/cuda_executor_test.cc).
 #pragma once
@@ -34,6 +40,7 @@ struct CudaExecutorOptions {
   int max_seqs_per_step = 0;         // 0: the plan's cap
   int num_kv_blocks = 0;             // 0: what memory_utilization leaves after the rest
   int max_grid = 65535 * 32;         // cap on gridDim.x (the kernels walk items grid-stride)
+  bool cuda_graphs = true;           // replay decode steps as CUDA graphs (when the driver has them)
 };
 
 class CudaExecutor : public Executor {
@@ -73,6 +80,9 @@ class CudaExecutor : public Executor {
   const std::vector<std::string>& warnings() const { return warnings_; }
   /// Kernel launches per forward() (one per step).
   int launches_per_step() const;
+  /// Decode graphs captured so far (one per padded batch size used), and whether they are used.
+  int graphs_captured() const { return static_cast<int>(graph_count_); }
+  bool graphs_enabled() const { return graphs_enabled_; }
 
   struct Step;
 
@@ -81,6 +91,10 @@ class CudaExecutor : public Executor {
   Status init(const Plan& plan, const CudaExecutorOptions& options);
   Status decode(const Plan& plan);
   DevicePtr value_ptr(int id) const;
+  /// Launches every step for T rows, S sequences and L logits rows (the buffers hold the batch).
+  Status launch_steps(int T, int S, int L);
+  /// The decode forward through the graph of padded size B (captured on first use).
+  Status replay_decode(const BatchInput& b, int B, float* logits);
 
   std::unique_ptr<Driver> owned_driver_;
   Driver* driver_ = nullptr;
@@ -103,6 +117,13 @@ class CudaExecutor : public Executor {
   uint64_t kv_layer_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
   std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_
   std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]
+  // Decode graphs: sizes, and per size its graph (null until captured); padded batch staging.
+  bool graphs_enabled_ = false;
+  std::vector<int> graph_sizes_;
+  std::vector<GraphHandle> graphs_;  // parallel to graph_sizes_
+  size_t graph_count_ = 0;
+  std::vector<int32_t> pad_tokens_, pad_positions_, pad_rows_;
+  std::vector<int64_t> pad_slots_;
   std::vector<ModuleHandle> modules_;
   // One launch's parameter slots and the pointers cuLaunchKernel takes, reused by every step.
   std::vector<uint64_t> args_;

@@ -41,6 +41,7 @@ struct GeneratorOptions {
   std::string device = "cpu";
   CpuExecutorOptions executor;
   double gpu_memory_utilization = 0.9;
+  bool cuda_graphs = true;          // --no-cuda-graphs: launch decode steps kernel by kernel
   std::vector<int32_t> eos_ids;     // stop tokens; empty: the plan's generation defaults
 };
 

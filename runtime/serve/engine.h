@@ -57,6 +57,7 @@ struct EngineOptions {
   std::string cpu_kernels;         // quantized kernel contract; "": the plan's
   std::string device = "cpu";      // cpu | cuda[:N] | auto (runtime/engine/make_executor.h); on a GPU
                                    // memory_utilization is the device's share (0: 0.9)
+  bool cuda_graphs = true;         // --no-cuda-graphs: launch decode steps kernel by kernel
 };
 
 /// What create() settled on (for the startup log and /health).

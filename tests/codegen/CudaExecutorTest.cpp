@@ -10,6 +10,8 @@
 #include "runtime/engine/cpu_executor.h"
 #include "runtime/plan/plan_file.h"
 
+#include "codegen/KernelSource.h"
+
 #include "CodegenTestUtil.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +19,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <dlfcn.h>
+#include <filesystem>
+#include <unistd.h>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,7 +36,9 @@ namespace cuda = llmrt::cuda;
 /// A device emulated on the host (see the file comment).
 class EmulatedDriver : public cuda::Driver {
 public:
-  EmulatedDriver(const llmrt::fb::Plan &plan, uint64_t memory) : plan_(plan), memory_(memory) {}
+  /// `graphs`: whether the emulated driver offers CUDA graphs (false: the Driver defaults).
+  EmulatedDriver(const llmrt::fb::Plan &plan, uint64_t memory, bool graphs = true)
+      : plan_(plan), memory_(memory), graphs_(graphs) {}
   ~EmulatedDriver() override {
     for (auto &[p, bytes] : live_)
       std::free(reinterpret_cast<void *>(p));
@@ -61,11 +68,13 @@ public:
     return llmrt::ok_status();
   }
   llmrt::Status copy_to_device(cuda::DevicePtr dst, const void *src, uint64_t bytes) override {
+    RETURN_IF_ERROR(notCapturing("copy_to_device"));
     RETURN_IF_ERROR(inside(dst, bytes));
     std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
     return llmrt::ok_status();
   }
   llmrt::Status copy_to_host(void *dst, cuda::DevicePtr src, uint64_t bytes) override {
+    RETURN_IF_ERROR(notCapturing("copy_to_host"));
     RETURN_IF_ERROR(inside(src, bytes));
     std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
     return llmrt::ok_status();
@@ -102,6 +111,13 @@ public:
     auto *m = static_cast<Module *>(fn);
     if (grid == 0 || block[0] != m->block || block[1] != 1 || block[2] != 1 || shared != 0)
       return llmrt::invalid_argument("emulated launch of " + m->entry + ": bad geometry");
+    if (capturing_) { // recorded with its parameter values (8-byte slots, as the executor passes)
+      Recorded r{m, grid, std::vector<uint64_t>(m->arity)};
+      for (unsigned i = 0; i < m->arity; ++i)
+        std::memcpy(&r.values[i], params[i], sizeof(uint64_t));
+      recording_.push_back(std::move(r));
+      return llmrt::ok_status();
+    }
     ++launches_;
     // Emulation cost grows with blocks x threads: a small grid is exactly as correct (the
     // kernels walk their items grid-stride) and keeps the test fast.
@@ -110,15 +126,58 @@ public:
   }
   llmrt::Status synchronize() override { return llmrt::ok_status(); }
 
+  llmrt::Status begin_capture() override {
+    if (!graphs_)
+      return cuda::Driver::begin_capture();
+    if (capturing_)
+      return llmrt::invalid_argument("emulated begin_capture: already capturing");
+    capturing_ = true;
+    recording_.clear();
+    return llmrt::ok_status();
+  }
+  llmrt::StatusOr<cuda::GraphHandle> end_capture() override {
+    if (!capturing_)
+      return llmrt::invalid_argument("emulated end_capture: not capturing");
+    capturing_ = false;
+    graphs_made_.push_back(std::make_unique<std::vector<Recorded>>(std::move(recording_)));
+    return static_cast<cuda::GraphHandle>(graphs_made_.back().get());
+  }
+  llmrt::Status launch_graph(cuda::GraphHandle g) override {
+    RETURN_IF_ERROR(notCapturing("launch_graph"));
+    ++graphLaunches_;
+    for (Recorded &r : *static_cast<std::vector<Recorded> *>(g)) {
+      std::vector<void *> params(r.values.size());
+      for (size_t i = 0; i < params.size(); ++i)
+        params[i] = &r.values[i];
+      ++launches_;
+      r.module->run(params.data(), std::min(r.grid, 4u), static_cast<unsigned>(r.module->block));
+    }
+    return llmrt::ok_status();
+  }
+
   int launches() const { return launches_; }
+  int graphsCaptured() const { return static_cast<int>(graphs_made_.size()); }
+  int graphLaunches() const { return graphLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
   struct Module {
     std::string entry;
     int block = 0;
+    unsigned arity = 0; // kernel parameters
     void (*run)(void **, unsigned, unsigned) = nullptr;
   };
+  struct Recorded {
+    Module *module;
+    unsigned grid;
+    std::vector<uint64_t> values;
+  };
+
+  llmrt::Status notCapturing(const char *call) const {
+    if (capturing_) // as on a GPU: a synchronous copy invalidates the capture
+      return llmrt::internal_error(std::string("emulated ") + call + " during a graph capture");
+    return llmrt::ok_status();
+  }
 
   llmrt::Status inside(cuda::DevicePtr p, uint64_t bytes) const {
     auto it = live_.upper_bound(p);
@@ -142,22 +201,41 @@ private:
         "  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>> *>(p[I])...);\n}\n"
         "template <class... A> static void llmcCallAll(void (*f)(A...), void **p) {\n"
         "  llmcCall(f, p, std::index_sequence_for<A...>{});\n}\n"
+        "template <class... A> static constexpr unsigned llmcArity(void (*)(A...)) { return sizeof...(A); }\n"
+        "extern \"C\" unsigned llmc_arity() { return llmcArity(&" + entry + "); }\n"
         "extern \"C\" void llmc_launch(void **params, unsigned grid, unsigned block) {\n"
         "  llmcLaunch(grid, block, [&] { llmcCallAll(&" + entry + ", params); });\n}\n";
-    // Entries name their source's hash: a library built once serves every test of the process.
-    static TempDir shared;
+    // A library built once serves every test, across processes (ctest runs each test in its
+    // own): it is cached under the build tree by the hash of everything that makes it.
     static std::map<std::string, void *> built;
     void *&h = built[entry];
     if (h)
       return adopt(k, h);
-    const std::string cc = shared.file(entry + ".cpp"), lib = shared.file(entry + ".so");
-    llmc::testing::writeFile(cc, src.data(), src.size());
-    auto r = llmc::testing::runCommand(std::string("'") + LLMC_HOST_CXX +
-                                           "' -std=c++20 -O1 -fPIC -shared -pthread -w -I'" +
-                                           LLMC_HOST_EMULATION_DIR + "' '" + cc + "' -o '" + lib + "'",
-                                       shared.file(entry + ".log"));
-    if (r.exitCode != 0)
-      return llmrt::internal_error("host build of " + entry + " failed:\n" + r.output);
+    static const std::string emulation =
+        llmc::testing::readFile(std::string(LLMC_HOST_EMULATION_DIR) + "/HostEmulation.h");
+    const std::string flags = "-std=c++20 -O1 -fPIC -shared -pthread -w";
+    char key[20];
+    std::snprintf(key, sizeof(key), "%016llx",
+                  static_cast<unsigned long long>(llmc::detail::fnv1a64(src + emulation + flags + LLMC_HOST_CXX)));
+    std::filesystem::create_directories(LLMC_EMULATION_CACHE);
+    const std::string lib = std::string(LLMC_EMULATION_CACHE) + "/" + entry + "_" + key + ".so";
+    if (!std::filesystem::exists(lib)) {
+      static TempDir work;
+      const std::string cc = work.file(entry + ".cpp"), tmp = work.file(entry + ".so");
+      llmc::testing::writeFile(cc, src.data(), src.size());
+      auto r = llmc::testing::runCommand(std::string("'") + LLMC_HOST_CXX + "' " + flags + " -I'" +
+                                             LLMC_HOST_EMULATION_DIR + "' '" + cc + "' -o '" + tmp + "'",
+                                         work.file(entry + ".log"));
+      if (r.exitCode != 0)
+        return llmrt::internal_error("host build of " + entry + " failed:\n" + r.output);
+      std::error_code ec; // a copy then an atomic rename: concurrent tests never see half a file
+      const std::string staged = lib + "." + std::to_string(::getpid());
+      std::filesystem::copy_file(tmp, staged, std::filesystem::copy_options::overwrite_existing, ec);
+      if (!ec)
+        std::filesystem::rename(staged, lib, ec);
+      if (ec)
+        return llmrt::internal_error("caching " + lib + ": " + ec.message());
+    }
     h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h)
       return llmrt::internal_error(std::string("dlopen: ") + dlerror());
@@ -170,6 +248,7 @@ private:
     m->entry = entry;
     m->block = k.block_dim()->Get(0);
     m->run = reinterpret_cast<void (*)(void **, unsigned, unsigned)>(dlsym(h, "llmc_launch"));
+    m->arity = reinterpret_cast<unsigned (*)()>(dlsym(h, "llmc_arity"))();
     modules_.push_back(std::move(m));
     return static_cast<cuda::ModuleHandle>(modules_.back().get());
   }
@@ -179,6 +258,10 @@ private:
   std::map<cuda::DevicePtr, uint64_t> live_;
   std::vector<std::unique_ptr<Module>> modules_;
   int launches_ = 0;
+  bool graphs_ = true, capturing_ = false;
+  std::vector<Recorded> recording_;
+  std::vector<std::unique_ptr<std::vector<Recorded>>> graphs_made_;
+  int graphLaunches_ = 0;
 };
 
 /// `llmc compile <model> -o <dir>/plan.fb <args>`.
@@ -309,6 +392,59 @@ TEST(CudaExecutor, GptqDescActInTheMmaLayoutMatchesTheCpuExecutor) {
       compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/gptq_4bit_desc_act",
                   "--target sm_90 --weight-layout cuda-mma");
   runBothAndCompare(plan, 1e-4);
+}
+
+TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  // With graphs, without (the option), and on a driver that has no graph API.
+  for (int mode = 0; mode < 3; ++mode) {
+    SCOPED_TRACE(mode == 0 ? "graphs" : mode == 1 ? "cuda_graphs = false" : "driver without graphs");
+    EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30, /*graphs=*/mode != 2);
+    cuda::CudaExecutorOptions go;
+    go.max_tokens_per_step = 32;
+    go.max_seqs_per_step = 4;
+    go.num_kv_blocks = 16;
+    go.cuda_graphs = mode != 1;
+    auto gpu = cuda::CudaExecutor::create(**plan, &driver, go);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    llmrt::CpuExecutorOptions co;
+    co.threads = 1;
+    co.max_tokens_per_step = 32;
+    co.max_seqs_per_step = 4;
+    co.num_kv_blocks = 16;
+    auto cpu = llmrt::CpuExecutor::create(**plan, co);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    const int V = (*cpu)->vocab_size(), bs = (*cpu)->block_size(), mb = 4;
+    auto both = [&](const Step &st) {
+      std::vector<float> lg(st.idx.size() * V, NAN), lc(lg.size(), NAN);
+      ASSERT_TRUE((*gpu)->forward(st.input(), lg.data()).ok());
+      ASSERT_TRUE((*cpu)->forward(st.input(), lc.data()).ok());
+      expectLogitsClose(lg, lc, 1e-4);
+    };
+    both(makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1)); // prefill: launched step by step
+    const int eager = driver.launches();
+    // Decode: 3 sequences (padded to 4), the same size again at new positions (a replay of the
+    // same graph), 2, then 1 (graphs of 2 and of 1).
+    both(makeStep({bs + 3, 6, 10}, {1, 1, 1}, bs, mb, V, 2));
+    both(makeStep({bs + 4, 7, 11}, {1, 1, 1}, bs, mb, V, 3));
+    both(makeStep({bs + 5, 8}, {1, 1}, bs, mb, V, 4));
+    both(makeStep({bs + 6}, {1}, bs, mb, V, 5));
+    EXPECT_EQ(driver.launches() - eager, 4 * (*gpu)->launches_per_step()); // every step ran once
+    if (mode == 0) {
+      EXPECT_TRUE((*gpu)->graphs_enabled());
+      EXPECT_EQ(driver.graphsCaptured(), 3);
+      EXPECT_EQ((*gpu)->graphs_captured(), 3);
+      EXPECT_EQ(driver.graphLaunches(), 4);
+    } else {
+      EXPECT_FALSE((*gpu)->graphs_enabled());
+      EXPECT_EQ(driver.graphsCaptured(), 0);
+      EXPECT_EQ(driver.graphLaunches(), 0);
+      EXPECT_EQ((*gpu)->warnings().empty(), mode == 1);
+    }
+  }
 }
 
 TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {

@@ -75,6 +75,10 @@ for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
   timeout 400 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512 --tg 64 --batch 32 -r 2 \
     --json-out "$OUT/$plan.bench.json" > "$OUT/$plan.bench.txt" 2>&1 || { say "$plan: bench FAILED"; status=1; }
   say '```'; cat "$OUT/$plan.bench.txt" | tee -a "$MD" > /dev/null; say '```'
+  # The same decode at batch 1 launched kernel by kernel: what the CUDA graphs save.
+  timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 0 --tg 64 --batch 0 -r 2 --no-cuda-graphs \
+    > "$OUT/$plan.eager.txt" 2>&1 || say "$plan: eager bench FAILED"
+  say "without CUDA graphs:"; say '```'; cat "$OUT/$plan.eager.txt" | tee -a "$MD" > /dev/null; say '```'
   "$LLMRT" inspect "$B/plans/$plan.fb" --json > "$OUT/$plan.inspect.json" 2>/dev/null
   python3 - "$OUT/$plan.inspect.json" "$OUT/$plan.bench.json" "${BW:-0}" <<'PY' | tee -a "$MD"
 import json, sys
