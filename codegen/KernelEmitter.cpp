@@ -277,6 +277,9 @@ FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits) {
   if (p.weight.empty())
     return op->emitOpError() << "GPU codegen: quantized weight in a CPU layout (compile with --weight-layout cuda-mma)";
   p.bias = !logits && n == 3;
+  if (ModuleOp module = op->getParentOfType<ModuleOp>())
+    if (auto tc = module->getAttrOfType<BoolAttr>("llm.gpu_tensor_cores"))
+      p.tensorCores = tc.getValue();
   p.gatherRows = logits;
   if (p.bias && failed(shapeOf(op, op->getOperand(2), "bias", 1, Elem::F32, /*rowsStatic=*/true)))
     return failure();

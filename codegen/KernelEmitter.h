@@ -4,16 +4,19 @@
 // the generic mlir::Operation (op name, attributes, operand/result tensor
 // shapes), so it does not depend on the dialect's generated classes.
 //
-// Supported ops (PROGRAM.md): llm.embedding (f32 table), llm.rms_norm {eps},
+// Supported ops (PROGRAM.md): llm.embedding (the table dense, or quantized in
+// the cuda_mma_n8 layout), llm.rms_norm {eps},
 // llm.add_rms_norm {eps}, llm.rope {num_heads, head_dim, theta, style,
 // rope_type, factor, low_freq_factor, high_freq_factor,
 // original_max_position}, llm.silu_mul (1 or 2 operands), llm.linear and
-// llm.logits (dense weights, or quantized ones in the cuda_mma_n8 layout),
+// llm.logits (dense weights, or quantized ones in the cuda_mma_n8 layout; the
+// module attribute llm.gpu_tensor_cores = false keeps them off the tensor-core
+// path),
 // llm.kv_store and llm.paged_attention (f32 KV cache), llm.add, llm.split,
 // llm.permute_columns. Activations must be f32 tensors [rows, width] with a
 // static width; rows may be dynamic. hasKernel() is false where no kernel
-// reads the op's storage (a quantized embedding table, quantized weights in
-// a CPU layout, an int8 KV cache): such steps run without a GPU kernel.
+// reads the op's storage (quantized weights or tables in a CPU layout, an
+// int8 KV cache): such steps run without a GPU kernel.
 //
 //===----------------------------------------------------------------------===//
 

@@ -77,6 +77,9 @@ struct LinearParams {
   std::string weight = "f32";
   bool bias = false;
   bool gatherRows = false;
+  /// Steps of 16 rows or more run on tensor cores (TF32 mma.sync, f32 accumulation; sm_80+):
+  /// operands rounded to 10 mantissa bits. Off: the f32 CUDA-core path for every T.
+  bool tensorCores = true;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
 

@@ -16,13 +16,20 @@
 //     K and a five-step xor shuffle tree finishes the sum.
 //
 // Both accumulate in f32 in an order fixed by the sizes only (each lane in
-// index order, then the shuffle tree), never by T, the grid or the batch. The
-// dequantized value of a code is exact in f32 (quant_format.h), so results
-// differ from the CPU backend only by summation order and FMA contraction.
-// Tensor-core (mma.sync) tiles for large batches and cuBLASLt for dense
-// prefill are the next steps of this family; this kernel is the reference
-// and the batch-1 path.
+// index order, then the shuffle tree), never by the grid or the batch's other
+// rows. The dequantized value of a code is exact in f32 (quant_format.h), so
+// results differ from the CPU backend only by summation order and FMA
+// contraction.
 //
+// Steps of 16 rows or more (prefill, large decode batches) take a tensor-core
+// path instead when the spec asks for it (LinearParams::tensorCores, the
+// default): mma.sync m16n8k8 with TF32 operands and f32 accumulation, a warp
+// item being 8 weight rows x 64 tokens. The quantized tile layout gives each
+// lane exactly its B fragments (the k order inside a sub-block is permuted
+// alike for A and B), so weights are read once per 64 tokens. Operands are
+// rounded to 10 mantissa bits (as f16 inputs would be, with f32's range): a
+// row's result then depends on whether its step had 16 rows, within that
+// rounding.
 //===----------------------------------------------------------------------===//
 
 #include "codegen/KernelFamilies.h"
@@ -41,11 +48,113 @@ constexpr int kTokens = ${TOKENS};   // activation rows per work item
 constexpr int kWarps = ${WARPS};     // warps per block
 constexpr bool kHasBias = ${BIAS};
 constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
+constexpr bool kTensorCores = ${TENSOR_CORES}; // batched path on tensor cores (sm_80+)
+} // namespace
+)cuda";
+
+// Tensor-core operations of the batched path (sm_80+): TF32 mma.sync m16n8k8 with f32
+// accumulation, and the round-to-TF32 conversion of its operands. The host emulation provides
+// both with the PTX ISA's semantics (tests/codegen/HostEmulation.h).
+constexpr const char *kTensorCoreOps = R"cuda(namespace {
+constexpr int kMmaMinTokens = ${MMA_MIN};  // T at which the tensor-core path takes over
+constexpr int kMTiles = 4;                 // m-tiles of 16 tokens per warp item
+constexpr int kMmaTokens = 16 * kMTiles;
+
+__device__ __forceinline__ unsigned toTf32(float v) {
+#ifdef LLMC_HOST_EMULATION
+  return llmcEmuToTf32(v);
+#else
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+#endif
+}
+
+// acc += A B over one k-step of 8: A 16 tokens x 8 (a0..a3), B 8 x 8 weight rows (b0, b1), with
+// the fragment layout of mma.m16n8k8 .tf32 (lane 4 g + q: a0 (g, q) a1 (g+8, q) a2 (g, q+4)
+// a3 (g+8, q+4); b0 (k q, row g) b1 (k q+4, row g); acc (g, 2q) (g, 2q+1) (g+8, 2q) (g+8, 2q+1)).
+__device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const unsigned b[2]) {
+#ifdef LLMC_HOST_EMULATION
+  llmcEmuMmaTf32(acc, a, b);
+#else
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// Rows g and g + 8 of each m-tile of the item at token t0 (rows past T repeat row T - 1; their
+// results are not stored).
+__device__ __forceinline__ void mmaRows(const float *x, const int *rows, int T, int t0, int g,
+                                        const float *xr[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = t0 + 16 * mt + g + 8 * h < T ? t0 + 16 * mt + g + 8 * h : T - 1;
+      xr[mt][h] = x + (long long)(kGather ? rows[t] : t) * kK;
+    }
+}
+
+// Stores the item's outputs: acc[mt][i] is token t0 + 16 mt + g + 8 (i / 2), weight row
+// row0 + 2 q + i % 2.
+__device__ __forceinline__ void mmaStore(float acc[kMTiles][4], const float *bias, float *y, int T,
+                                         int t0, int row0, int g, int q) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = t0 + 16 * mt + g + 8 * (i >> 1), r = row0 + 2 * q + (i & 1);
+      if (t < T && r < kN)
+        y[(long long)t * kN + r] = kHasBias ? acc[mt][i] + bias[r] : acc[mt][i];
+    }
+}
 } // namespace
 )cuda";
 
 constexpr const char *kQuantTemplate = R"cuda(namespace {
 constexpr int kTiles = (kN + 7) / 8;
+
+// Sub-block j of span `span` of the lane's bytes `mine`: its 8 weights (row n of the tile)
+// dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
+__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned char *mine,
+                                                int span, int j, int n, int q, float v[8], int at[8]) {
+  const int k0 = span * 128 + j * 32; // this sub-block's first element
+  const int g = k0 / kGroup;          // sub-blocks never straddle groups
+  const float d = loadScale(base + (g * 8 + n) * kScaleBytes);
+  float lo = 0.0f; // value = d * code + lo
+  if (kOffset == 2)
+    lo = loadScale(base + kOffsetsAt + (g * 8 + n) * kScaleBytes);
+  else if (kOffset == 1)
+    lo = -d * (float)base[kOffsetsAt + g * 8 + n];
+  else
+    lo = kBits == 4 ? -8.0f * d : 0.0f;
+  if (kBits == 4) {
+    const unsigned word = *reinterpret_cast<const unsigned *>(mine + j * 4);
+    // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
+    // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
+      at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
+      v[p] = d * (float)((word >> (4 * p)) & 15u) + lo;
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const unsigned word = *reinterpret_cast<const unsigned *>(mine + j * 8 + 4 * s);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const unsigned c = (word >> (8 * b)) & 255u;
+        // sym codes are signed bytes; zp and min codes unsigned.
+        const float code = kOffset == 0 ? (float)(int)(signed char)c : (float)c;
+        at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
+        v[4 * s + b] = d * code + lo;
+      }
+    }
+  }
+}
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
@@ -54,6 +163,45 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          float *__restrict__ y, int T) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = lane >> 2, q = lane & 3;
+  if (kTensorCores && T >= kMmaMinTokens) {
+    // Tensor cores: an item is one tile of 8 rows x kMmaTokens tokens. The lane's 8 weights of
+    // a sub-block are its B fragments of 4 k-steps (pairs (v[2 kk], v[2 kk + 1]) as b0, b1):
+    // k-step kk's logical k = q, q + 4 are the lane's elements at[2 kk], at[2 kk + 1], the same
+    // for every lane of that q, so the A fragments read the activations at those elements.
+    const long long items = ((long long)T + kMmaTokens - 1) / kMmaTokens * kTiles;
+    for (long long item = (long long)blockIdx.x * kWarps + warp; item < items;
+         item += (long long)gridDim.x * kWarps) {
+      const int tile = (int)(item % kTiles);
+      const int t0 = (int)(item / kTiles) * kMmaTokens;
+      const unsigned char *base = w + tile * kTileBytes;
+      const float *xr[kMTiles][2];
+      mmaRows(x, rows, T, t0, n, xr);
+      float acc[kMTiles][4] = {};
+      for (int span = 0; span < kSpans; ++span) {
+        const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+        const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
+        for (int j = 0; j < m; ++j) {
+          float v[8];
+          int at[8];
+          dequantSubBlock(base, mine, span, j, n, q, v, at);
+          const int k0 = span * 128 + j * 32;
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const unsigned b[2] = {toTf32(v[2 * kk]), toTf32(v[2 * kk + 1])};
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt) {
+              const unsigned a[4] = {toTf32(xr[mt][0][k0 + at[2 * kk]]), toTf32(xr[mt][1][k0 + at[2 * kk]]),
+                                     toTf32(xr[mt][0][k0 + at[2 * kk + 1]]),
+                                     toTf32(xr[mt][1][k0 + at[2 * kk + 1]])};
+              mmaTf32(acc[mt], a, b);
+            }
+          }
+        }
+      }
+      mmaStore(acc, bias, y, T, t0, tile * 8, n, q);
+    }
+    return;
+  }
   const long long chunks = ((long long)T + kTokens - 1) / kTokens;
   const long long items = chunks * kTiles;
   for (long long item = (long long)blockIdx.x * kWarps + warp; item < items;
@@ -77,43 +225,10 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
       const unsigned char *mine =
           base + kCodesAt + span * kSpanBytes + lane * m * kW;
       for (int j = 0; j < m; ++j) {
-        const int k0 = span * 128 + j * 32; // this sub-block's first element
-        const int g = k0 / kGroup;          // sub-blocks never straddle groups
-        const float d = loadScale(base + (g * 8 + n) * kScaleBytes);
-        float lo = 0.0f; // value = d * code + lo
-        if (kOffset == 2)
-          lo = loadScale(base + kOffsetsAt + (g * 8 + n) * kScaleBytes);
-        else if (kOffset == 1)
-          lo = -d * (float)base[kOffsetsAt + g * 8 + n];
-        else
-          lo = kBits == 4 ? -8.0f * d : 0.0f;
         float v[8];
-        int at[8]; // element of each value, relative to k0
-        if (kBits == 4) {
-          const unsigned word = *reinterpret_cast<const unsigned *>(mine + j * 4);
-          // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
-          // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
-#pragma unroll
-          for (int p = 0; p < 8; ++p) {
-            const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
-            at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-            v[p] = d * (float)((word >> (4 * p)) & 15u) + lo;
-          }
-        } else {
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            const unsigned word =
-                *reinterpret_cast<const unsigned *>(mine + j * 8 + 4 * s);
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-              const unsigned c = (word >> (8 * b)) & 255u;
-              // sym codes are signed bytes; zp and min codes unsigned.
-              const float code = kOffset == 0 ? (float)(int)(signed char)c : (float)c;
-              at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-              v[4 * s + b] = d * code + lo;
-            }
-          }
-        }
+        int at[8]; // element of each value, relative to the sub-block's first
+        dequantSubBlock(base, mine, span, j, n, q, v, at);
+        const int k0 = span * 128 + j * 32;
 #pragma unroll
         for (int i = 0; i < kTokens; ++i) {
           const float *xs = xr[i] + k0;
@@ -136,11 +251,42 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
 }
 )cuda";
 
-constexpr const char *kDenseTemplate = R"cuda(extern "C" __global__ void __launch_bounds__(kWarps * 32)
+constexpr const char *kDenseTemplate = R"cuda(
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (kTensorCores && T >= kMmaMinTokens) {
+    // Tensor cores: an item is 8 weight rows x kMmaTokens tokens; k-step kb covers elements
+    // kb .. kb + 7 (lane q: kb + q and kb + q + 4), zero past K and past N.
+    const int g = lane >> 2, q = lane & 3;
+    const long long tiles = (kN + 7) / 8;
+    const long long items = ((long long)T + kMmaTokens - 1) / kMmaTokens * tiles;
+    for (long long item = (long long)blockIdx.x * kWarps + warp; item < items;
+         item += (long long)gridDim.x * kWarps) {
+      const int row0 = (int)(item % tiles) * 8;
+      const int t0 = (int)(item / tiles) * kMmaTokens;
+      const float *xr[kMTiles][2];
+      mmaRows(x, rows, T, t0, g, xr);
+      const bool rowOk = row0 + g < kN;
+      const long long wrow = (long long)(rowOk ? row0 + g : 0) * kK;
+      float acc[kMTiles][4] = {};
+      for (int kb = 0; kb < kK; kb += 8) {
+        const int k1 = kb + q, k2 = kb + q + 4;
+        const unsigned b[2] = {toTf32(rowOk && k1 < kK ? weightAt(w, wrow + k1) : 0.0f),
+                               toTf32(rowOk && k2 < kK ? weightAt(w, wrow + k2) : 0.0f)};
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          const unsigned a[4] = {toTf32(k1 < kK ? xr[mt][0][k1] : 0.0f), toTf32(k1 < kK ? xr[mt][1][k1] : 0.0f),
+                                 toTf32(k2 < kK ? xr[mt][0][k2] : 0.0f), toTf32(k2 < kK ? xr[mt][1][k2] : 0.0f)};
+          mmaTf32(acc[mt], a, b);
+        }
+      }
+      mmaStore(acc, bias, y, T, t0, row0, g, q);
+    }
+    return;
+  }
   const long long chunks = ((long long)T + kTokens - 1) / kTokens;
   const long long items = chunks * kN;
   for (long long item = (long long)blockIdx.x * kWarps + warp; item < items;
@@ -179,6 +325,8 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kTokensPerItem = 4;
+// Steps of at least this many rows take the tensor-core path (when the spec asks for it).
+constexpr int kMmaMinTokens = 16;
 
 } // namespace
 
@@ -193,7 +341,8 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
       {"TOKENS", std::to_string(kTokensPerItem)},
       {"WARPS", std::to_string(kWarpsPerBlock)},
       {"BIAS", p.bias ? "true" : "false"},
-      {"GATHER", p.gatherRows ? "true" : "false"}};
+      {"GATHER", p.gatherRows ? "true" : "false"},
+      {"TENSOR_CORES", p.tensorCores ? "true" : "false"}};
   std::string body = "// llmc kernel: " + std::string(what) + ", n=" + std::to_string(p.n) +
                      " k=" + std::to_string(p.k) + " weight=" + p.weight +
                      (p.bias ? " bias" : "") +
@@ -206,12 +355,15 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   if (!storage.ok())
     return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
   body += storage->constants;
+  body += detail::substitute(kTensorCoreOps, {{"MMA_MIN", std::to_string(kMmaMinTokens)}});
   body += storage->dense ? kDenseTemplate : kQuantTemplate;
   prefix += "_" + storage->tag;
   // warps' work items per token chunk
   const int64_t items = storage->dense ? p.n : (p.n + 7) / 8;
   if (p.bias)
     prefix += "_bias";
+  if (p.tensorCores)
+    prefix += "_tc";
   // Grid: one warp per item of the first token chunk; more token chunks are
   // walked by the grid-stride loop.
   const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;

@@ -213,6 +213,8 @@ llmrt::Status compile(const CompileOptions &opts) {
   wopts.maxSeqsPerStep = opts.maxSeqsPerStep;
   wopts.cpuKernels = opts.cpuKernels;
   wopts.syntheticSeed = opts.syntheticSeed;
+  if (!opts.tensorCores) // read by codegen (KernelEmitter.h): linear kernels without the mma path
+    (*module)->setAttr("llm.gpu_tensor_cores", mlir::BoolAttr::get(&context, false));
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;

@@ -26,7 +26,8 @@ struct CompileOptions {
   std::string quantize;
   bool quantizeEmbeddings = true;
   bool dequantize = false;
-  std::string weightDtype = "f32";  // --weight-dtype: storage of matrices not quantized
+  std::string weightDtype = "f32";
+  bool tensorCores = true;  // --no-tensor-cores: GPU linear kernels stay on the f32 CUDA-core path  // --weight-dtype: storage of matrices not quantized
   std::string weightLayout = "interleaved8";  // --weight-layout
   std::string cpuKernels = "fast";    ///< reference | fast
   std::string kvCacheDtype = "f32";   ///< f32 | int8

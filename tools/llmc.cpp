@@ -154,6 +154,9 @@ int main(int argc, char **argv) {
                       "storage of weight matrices that are not quantized (linear, embedding, lm_head): "
                       "f32 (default), bf16 or f16, rounded to nearest even; norms and biases stay f32")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  compile->add_flag("!--no-tensor-cores", copts.tensorCores,
+                    "GPU linear/logits kernels: keep steps of 16+ rows off the tensor cores (TF32 mma), every "
+                    "product in f32 on CUDA cores");
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
                       "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "

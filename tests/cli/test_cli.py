@@ -210,6 +210,25 @@ def test_gguf_model_has_a_gpu_kernel_for_every_step(llmc, tmp_path):
     assert j["program"]["steps_with_gpu_kernel"] == j["program"]["steps"], j["program"]
 
 
+def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
+    """Linear/logits kernels have a tensor-core path (entry suffix _tc) unless --no-tensor-cores."""
+    import shutil
+    from pathlib import Path
+    if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
+        pytest.skip("no CUDA toolkit on this machine")
+    blobs = {}
+    for flag in ([], ["--no-tensor-cores"]):
+        plan = tmp_path / f"p{len(flag)}.fb"
+        proc = run([llmc, "compile", TINY / "llama", "-o", plan, "--target", "sm_90", *flag])
+        if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
+            pytest.skip("llmc built without NVRTC")
+        assert proc.returncode == 0, proc.stderr
+        blobs[bool(flag)] = plan.read_bytes()
+    assert re.search(rb"llm_linear_n\d+_k\d+_f32_tc_", blobs[False])
+    assert re.search(rb"llm_logits_n\d+_k\d+_f32_tc_", blobs[False])
+    assert not re.search(rb"_tc_[0-9a-f]{12}", blobs[True])
+
+
 def test_compile_real_model_streams_weights(llmc, tmp_path):
     """Compiling SmolLM2 to f32 (--dequantize: 513 MiB of weights) must not hold the model in
     memory: the peak RSS llmc reports stays below the plan's weight bytes."""

@@ -39,6 +39,8 @@ static LlmcDim3 gridDim = {1, 1, 1};
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+// Kernels pick their emulated forms of inline PTX (tensor-core mma, cvt) by this macro.
+#define LLMC_HOST_EMULATION 1
 
 namespace llmc_emu {
 
@@ -59,6 +61,7 @@ struct Scheduler {
 
 static Scheduler *sched = nullptr;
 static uint64_t shuffleSlots[1024];
+static uint32_t mmaSlots[1024][6]; // per thread: a0..a3, b0, b1 of a warp-wide mma
 constexpr size_t kStackBytes = 256 * 1024;
 
 static void trampoline() {
@@ -167,6 +170,52 @@ static inline float __fmul_rn(float a, float b) {
 static inline float __fadd_rn(float a, float b) {
   volatile float r = a + b;
   return r;
+}
+
+/// cvt.rna.tf32.f32: f32 rounded to TF32 (10 mantissa bits), ties away from zero; the result
+/// is an f32 bit pattern whose low 13 bits are zero (non-finite values pass through).
+static inline unsigned llmcEmuToTf32(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    return u;
+  return (u + 0x1000u) & 0xffffe000u; // adding half an ulp to the magnitude rounds ties away
+}
+
+/// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, D = A B + C over the warp (every lane
+/// calls it), with the PTX ISA's fragment layout: lane = 4 g + q holds
+///   A (16x8, row major): a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4);
+///   B (8x8, column major): b0 (k = q, n = g), b1 (k = q+4, n = g);
+///   C, D (16x8): c0 (g, 2q), c1 (g, 2q+1), c2 (g+8, 2q), c3 (g+8, 2q+1).
+/// Sums in double, then rounds once (the hardware's internal order is unspecified).
+static inline void llmcEmuMmaTf32(float c[4], const unsigned a[4], const unsigned b[2]) {
+  const unsigned me = threadIdx.x, lane = me & 31, base = me - lane;
+  for (int i = 0; i < 4; ++i)
+    llmc_emu::mmaSlots[me][i] = a[i];
+  llmc_emu::mmaSlots[me][4] = b[0];
+  llmc_emu::mmaSlots[me][5] = b[1];
+  __syncwarp();
+  auto f = [](uint32_t bits) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return double(v);
+  };
+  auto A = [&](int row, int col) { // lane 4 (row % 8) + col % 4, register (row / 8) + 2 (col / 4)
+    return f(llmc_emu::mmaSlots[base + 4 * (row & 7) + (col & 3)][(row >> 3) + 2 * (col >> 2)]);
+  };
+  auto B = [&](int k, int n) { return f(llmc_emu::mmaSlots[base + 4 * n + (k & 3)][4 + (k >> 2)]); };
+  const int g = int(lane >> 2), q = int(lane & 3);
+  float d[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * q + (i & 1);
+    double sum = c[i];
+    for (int k = 0; k < 8; ++k)
+      sum += A(row, k) * B(k, col);
+    d[i] = float(sum);
+  }
+  __syncwarp(); // the slots are reused by the next mma
+  for (int i = 0; i < 4; ++i)
+    c[i] = d[i];
 }
 
 /// Runs kernel() as a <<<grid, block>>> launch.

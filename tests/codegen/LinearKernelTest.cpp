@@ -78,13 +78,22 @@ Weight denseWeight(const std::string &type, int n, int k, uint32_t seed) {
 /// Runs the kernel of `p` over T rows (gathered through `rows` for logits)
 /// and checks every output against the reference; also checks that the grid
 /// size and the other rows of the batch do not change a single bit.
-void checkLinear(const llmc::LinearParams &p, const Weight &w, int T) {
+/// Returns the outputs (for comparisons between paths).
+std::vector<float> checkLinear(const llmc::LinearParams &p, const Weight &w, int T) {
   SCOPED_TRACE(p.weight + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
                " T=" + std::to_string(T) + (p.bias ? " bias" : "") + (p.gatherRows ? " gather" : ""));
   auto spec = llmc::emitLinearKernel(p);
-  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_TRUE(spec.ok()) << spec.status().to_string();
+  if (!spec.ok())
+    return {};
   HostKernel kernel(*spec, kParams, kArgs);
-  ASSERT_TRUE(kernel.ok()) << kernel.error();
+  EXPECT_TRUE(kernel.ok()) << kernel.error();
+  if (!kernel.ok())
+    return {};
+  // Tensor cores (T >= 16): TF32 operands, each rounded to 10 mantissa bits (relative error
+  // <= 2^-11), so a product is off by at most ~2^-10 of its magnitude.
+  const bool tensorCores = p.tensorCores && T >= 16;
+  const double rel = tensorCores ? 1.2e-3 : 2e-6;
   auto run = kernel.get<LinearFn>();
   const int n = int(p.n), k = int(p.k);
   const int xrows = p.gatherRows ? T + 3 : T;
@@ -106,7 +115,7 @@ void checkLinear(const llmc::LinearParams &p, const Weight &w, int T) {
         mag += std::fabs(double(w.values[size_t(o) * k + e]) * xs[e]);
       }
       const double got = y[size_t(t) * n + o];
-      if (!(std::fabs(got - want) <= 2e-6 * mag + 1e-6) && ++bad <= 5)
+      if (!(std::fabs(got - want) <= rel * mag + 1e-6) && ++bad <= 5)
         ADD_FAILURE() << "y[" << t << ", " << o << "] = " << got << ", want " << want;
     }
   }
@@ -116,14 +125,15 @@ void checkLinear(const llmc::LinearParams &p, const Weight &w, int T) {
   run(x.data(), w.bytes.data(), p.bias ? bias.data() : nullptr, p.gatherRows ? rows.data() : nullptr,
       y1.data(), T, 1);
   EXPECT_TRUE(bitEqual(y, y1));
-  // The last row alone gives the bits it had in the batch.
-  if (T > 1) {
+  // The last row alone gives the bits it had in the batch (on the same path).
+  if (T > 1 && !tensorCores) {
     std::vector<float> last(n, NAN);
     const int *r = p.gatherRows ? rows.data() + (T - 1) : nullptr;
     const float *xs = p.gatherRows ? x.data() : x.data() + size_t(T - 1) * k;
     run(xs, w.bytes.data(), p.bias ? bias.data() : nullptr, r, last.data(), 1, gridFor(*spec, 1));
     EXPECT_EQ(std::memcmp(last.data(), &y[size_t(T - 1) * n], n * sizeof(float)), 0);
   }
+  return y;
 }
 
 TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
@@ -218,6 +228,46 @@ TEST(EmbeddingKernel, EveryStorageReadsAsTheCpuDequantizesIt) {
   EXPECT_FALSE(llmc::emitEmbeddingKernel({0, 8}).ok());
   EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 100, "int4-g32-f16-sym"}).ok()); // 100 % 32 != 0
   EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 64, "q4_k"}).ok());
+}
+
+TEST(LinearKernel, TensorCorePathForStepsOf16RowsOrMore) {
+  // Partial m-tiles (T = 20, 40), a second token chunk (T = 70), partial weight tiles, short
+  // spans, K not a multiple of 8 for dense weights, biases and gathered rows. The same step on
+  // the CUDA-core path (tensorCores = false) must give other bits (the TF32 rounding shows: the
+  // tensor-core path ran) within the same bound.
+  struct Case {
+    const char *weight;
+    int n, k, T;
+    bool bias, gather;
+  };
+  for (const Case &c : {Case{"int4-g32-f16-min", 20, 96, 40, false, false},
+                        Case{"int4-g128-bf16-zp", 12, 256, 70, true, false},
+                        Case{"int8-g32-f16-sym", 9, 160, 20, false, true},
+                        Case{"int8-row-f32-zp", 16, 64, 16, false, false},
+                        Case{"f32", 13, 70, 40, true, false}, Case{"bf16", 16, 64, 70, false, true},
+                        Case{"f16", 7, 33, 17, false, false}}) {
+    llmc::LinearParams p;
+    p.n = c.n;
+    p.k = c.k;
+    p.weight = c.weight;
+    p.bias = c.bias;
+    p.gatherRows = c.gather;
+    const std::string w = c.weight;
+    Weight weight = w == "f32" || w == "f16" || w == "bf16" ? denseWeight(w, c.n, c.k, 41)
+                                                            : quantizedWeight(w, c.n, c.k, 41);
+    std::vector<float> tc = checkLinear(p, weight, c.T);
+    p.tensorCores = false;
+    std::vector<float> cuda = checkLinear(p, weight, c.T);
+    EXPECT_FALSE(bitEqual(tc, cuda)) << c.weight << ": the tensor-core path did not run";
+  }
+  llmc::LinearParams p;
+  p.n = 64;
+  p.k = 64;
+  EXPECT_NE(llmc::emitLinearKernel(p)->source.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+            std::string::npos);
+  p.tensorCores = false;
+  EXPECT_NE(llmc::emitLinearKernel(p)->entry.find("_tc"), 0u);
+  EXPECT_EQ(llmc::emitLinearKernel(p)->entry.find("_tc_"), std::string::npos);
 }
 
 TEST(LinearKernel, EmissionErrors) {

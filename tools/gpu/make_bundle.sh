@@ -28,7 +28,13 @@ done
 TINY=$ROOT/tests/fixtures/tiny/llama
 QUANT=$ROOT/tests/fixtures/quant
 compile() { "$LLMC" compile -q "$@"; }
-# Small plans for the differential checks (every CUDA op against the CPU backend).
+# Small plans for the differential checks (every CUDA op against the CPU backend): on the f32
+# CUDA-core path (--no-tensor-cores; tolerance 1e-3), and two on the tensor cores (*_tc: TF32
+# prefill, tolerance 5e-3).
+compile "$TINY" -o "$OUT/plans/tiny_llama_tc.fb" --target "$TARGET"
+compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_tc.fb" --target "$TARGET" \
+  --weight-layout cuda-mma --cpu-kernels reference
+compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma.fb" --target "$TARGET" \
@@ -42,6 +48,7 @@ compile "$QUANT/awq_4bit_gemm" -o "$OUT/plans/awq4_mma.fb" --target "$TARGET" --
 compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16.fb" --target "$TARGET" --weight-dtype bf16
 compile "$TINY" -o "$OUT/plans/tiny_llama_int8_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
   --quantize int8 --cpu-kernels reference
+compile() { "$LLMC" compile -q "$@"; }
 # Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like: embedding and lm_head stay
 # bf16) and dense bf16.
 CFG=$(mktemp -d)
