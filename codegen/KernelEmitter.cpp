@@ -255,7 +255,7 @@ std::string weightStorage(Operation *op, Value v) {
   return quant.getValue().str();
 }
 
-FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits) {
+FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCores = false) {
   const unsigned n = op->getNumOperands();
   if (!logits && n != 2 && n != 3)
     return op->emitOpError() << "GPU codegen: linear takes x, weight and an optional bias, got " << n
@@ -277,9 +277,7 @@ FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits) {
   if (p.weight.empty())
     return op->emitOpError() << "GPU codegen: quantized weight in a CPU layout (compile with --weight-layout cuda-mma)";
   p.bias = !logits && n == 3;
-  if (ModuleOp module = op->getParentOfType<ModuleOp>())
-    if (auto tc = module->getAttrOfType<BoolAttr>("llm.gpu_tensor_cores"))
-      p.tensorCores = tc.getValue();
+  p.tensorCores = tensorCores;
   p.gatherRows = logits;
   if (p.bias && failed(shapeOf(op, op->getOperand(2), "bias", 1, Elem::F32, /*rowsStatic=*/true)))
     return failure();
@@ -375,6 +373,19 @@ bool hasKernel(Operation *op) {
   return name == "llm.rms_norm" || name == "llm.add_rms_norm" || name == "llm.rope" ||
          name == "llm.silu_mul" || name == "llm.add" || name == "llm.split" ||
          name == "llm.permute_columns";
+}
+
+FailureOr<std::optional<KernelSpec>> emitBatchedKernel(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  if (name != "llm.linear" && name != "llm.logits")
+    return std::optional<KernelSpec>();
+  if (ModuleOp module = op->getParentOfType<ModuleOp>())
+    if (auto tc = module->getAttrOfType<BoolAttr>("llm.gpu_tensor_cores"); tc && !tc.getValue())
+      return std::optional<KernelSpec>();
+  auto spec = emitLinearFamily(op, name == "llm.logits", /*tensorCores=*/true);
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
 }
 
 FailureOr<KernelSpec> emitKernel(Operation *op) {

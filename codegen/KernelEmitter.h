@@ -25,6 +25,8 @@
 
 #include "codegen/KernelSpec.h"
 
+#include <optional>
+
 #include "mlir/Support/LogicalResult.h"
 
 namespace mlir {
@@ -42,6 +44,11 @@ bool hasKernel(mlir::Operation *op);
 /// (e.g. llm.linear, handled by cuBLASLt later: callers check hasKernel and
 /// skip those) or when its shapes/attributes cannot be specialized.
 mlir::FailureOr<KernelSpec> emitKernel(mlir::Operation *op);
+
+/// A second kernel of `op` for steps of at least kTensorCoreMinRows rows
+/// (KernelFamilies.h): the tensor-core linear / logits kernel, unless the
+/// module says llm.gpu_tensor_cores = false; none for other ops.
+mlir::FailureOr<std::optional<KernelSpec>> emitBatchedKernel(mlir::Operation *op);
 
 } // namespace llmc
 

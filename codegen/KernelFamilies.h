@@ -77,11 +77,14 @@ struct LinearParams {
   std::string weight = "f32";
   bool bias = false;
   bool gatherRows = false;
-  /// Steps of 16 rows or more run on tensor cores (TF32 mma.sync, f32 accumulation; sm_80+):
-  /// operands rounded to 10 mantissa bits. Off: the f32 CUDA-core path for every T.
-  bool tensorCores = true;
+  /// The tensor-core kernel (TF32 mma.sync, f32 accumulation; sm_80+; operands rounded to 10
+  /// mantissa bits) instead of the f32 CUDA-core one. Plans add it next to the CUDA-core kernel
+  /// for steps of at least kTensorCoreMinRows rows.
+  bool tensorCores = false;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
+/// Rows from which a linear / logits step launches its tensor-core kernel.
+inline constexpr int kTensorCoreMinRows = 16;
 
 /// The paged KV cache as the kernels see it (PROGRAM.md: per layer K and V
 /// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32" only so far).

@@ -21,15 +21,17 @@
 // results differ from the CPU backend only by summation order and FMA
 // contraction.
 //
-// Steps of 16 rows or more (prefill, large decode batches) take a tensor-core
-// path instead when the spec asks for it (LinearParams::tensorCores, the
-// default): mma.sync m16n8k8 with TF32 operands and f32 accumulation, a warp
-// item being 8 weight rows x 64 tokens. The quantized tile layout gives each
-// lane exactly its B fragments (the k order inside a sub-block is permuted
-// alike for A and B), so weights are read once per 64 tokens. Operands are
-// rounded to 10 mantissa bits (as f16 inputs would be, with f32's range): a
-// row's result then depends on whether its step had 16 rows, within that
-// rounding.
+// The tensor-core kernel of the family (LinearParams::tensorCores), which the
+// plan adds next to the CUDA-core one for steps of kTensorCoreMinRows rows or
+// more (prefill, large decode batches), uses mma.sync m16n8k8 with TF32
+// operands and f32 accumulation, a warp item being 8 weight rows x 64 tokens.
+// The quantized tile layout gives each lane exactly its B fragments (the k
+// order inside a sub-block is permuted alike for A and B), so weights are read
+// once per 64 tokens. Operands are rounded to 10 mantissa bits (as f16 inputs
+// would be, with f32's range): a row's result then depends on which kernel its
+// step ran, within that rounding. Two kernels rather than one with both paths:
+// each gets its own register allocation (the CUDA-core GEMV keeps few
+// registers and many warps in flight; the mma tiles need many).
 //===----------------------------------------------------------------------===//
 
 #include "codegen/KernelFamilies.h"
@@ -48,7 +50,7 @@ constexpr int kTokens = ${TOKENS};   // activation rows per work item
 constexpr int kWarps = ${WARPS};     // warps per block
 constexpr bool kHasBias = ${BIAS};
 constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
-constexpr bool kTensorCores = ${TENSOR_CORES}; // batched path on tensor cores (sm_80+)
+constexpr bool kTensorCores = ${TENSOR_CORES}; // the tensor-core kernel (sm_80+), else CUDA cores
 } // namespace
 )cuda";
 
@@ -56,7 +58,6 @@ constexpr bool kTensorCores = ${TENSOR_CORES}; // batched path on tensor cores (
 // accumulation, and the round-to-TF32 conversion of its operands. The host emulation provides
 // both with the PTX ISA's semantics (tests/codegen/HostEmulation.h).
 constexpr const char *kTensorCoreOps = R"cuda(namespace {
-constexpr int kMmaMinTokens = ${MMA_MIN};  // T at which the tensor-core path takes over
 constexpr int kMTiles = 4;                 // m-tiles of 16 tokens per warp item
 constexpr int kMmaTokens = 16 * kMTiles;
 
@@ -84,17 +85,20 @@ __device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const
 #endif
 }
 
-// Rows g and g + 8 of each m-tile of the item at token t0 (rows past T repeat row T - 1; their
-// results are not stored).
-__device__ __forceinline__ void mmaRows(const float *x, const int *rows, int T, int t0, int g,
-                                        const float *xr[kMTiles][2]) {
+// The x rows of rows g and g + 8 of each m-tile of the item at token t0 (rows past T repeat row
+// T - 1; their results are not stored). Row indices, not pointers: half the registers.
+__device__ __forceinline__ void mmaRows(const int *rows, int T, int t0, int g, int xr[kMTiles][2]) {
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int t = t0 + 16 * mt + g + 8 * h < T ? t0 + 16 * mt + g + 8 * h : T - 1;
-      xr[mt][h] = x + (long long)(kGather ? rows[t] : t) * kK;
+      xr[mt][h] = kGather ? rows[t] : t;
     }
+}
+// Activation (row, k) rounded to TF32.
+__device__ __forceinline__ unsigned xTf32(const float *x, int row, int k) {
+  return toTf32(x[(long long)row * kK + k]);
 }
 
 // Stores the item's outputs: acc[mt][i] is token t0 + 16 mt + g + 8 (i / 2), weight row
@@ -115,6 +119,12 @@ __device__ __forceinline__ void mmaStore(float acc[kMTiles][4], const float *bia
 
 constexpr const char *kQuantTemplate = R"cuda(namespace {
 constexpr int kTiles = (kN + 7) / 8;
+
+// An integer code 0..255 as a float, exactly, without the int-to-float unit (a quarter-rate
+// pipe that would bound the decode GEMV): 2^23 + c has c in its mantissa.
+__device__ __forceinline__ float codeToFloat(unsigned c) {
+  return __uint_as_float(0x4B000000u | c) - 8388608.0f;
+}
 
 // Sub-block j of span `span` of the lane's bytes `mine`: its 8 weights (row n of the tile)
 // dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
@@ -138,7 +148,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
     for (int p = 0; p < 8; ++p) {
       const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
       at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-      v[p] = d * (float)((word >> (4 * p)) & 15u) + lo;
+      v[p] = d * codeToFloat((word >> (4 * p)) & 15u) + lo;
     }
   } else {
 #pragma unroll
@@ -147,12 +157,55 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const unsigned c = (word >> (8 * b)) & 255u;
-        // sym codes are signed bytes; zp and min codes unsigned.
-        const float code = kOffset == 0 ? (float)(int)(signed char)c : (float)c;
+        // sym codes are signed bytes (c ^ 0x80 = code + 128); zp and min codes unsigned.
+        const float code = kOffset == 0 ? codeToFloat(c ^ 0x80u) - 128.0f : codeToFloat(c);
         at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
         v[4 * s + b] = d * code + lo;
       }
     }
+  }
+}
+// CUDA cores, one item: weight rows tile * 8 .. + 7 times tokens t0 .. t0 + NT - 1. Lane L owns
+// row n = L / 4 and its sub-block elements; the 4 lanes of a row finish the sums with two xor
+// shuffles (every lane takes part).
+static_assert(kTokens == 4, "the dispatch below handles 1 to 4 tokens per item");
+template <int NT>
+__device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int *__restrict__ rows,
+                                         const unsigned char *base, const float *__restrict__ bias,
+                                         float *__restrict__ y, int t0, int tile, int lane, int n, int q) {
+  const float *xr[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+    xr[i] = x + (long long)(kGather ? rows[t0 + i] : t0 + i) * kK;
+  float acc[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+    acc[i] = 0.0f;
+  for (int span = 0; span < kSpans; ++span) {
+    const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+    const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
+    for (int j = 0; j < m; ++j) {
+      float v[8];
+      int at[8]; // element of each value, relative to the sub-block's first
+      dequantSubBlock(base, mine, span, j, n, q, v, at);
+      const int k0 = span * 128 + j * 32;
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        const float *xs = xr[i] + k0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[i] += v[e] * xs[at[e]];
+      }
+    }
+  }
+  const int row = tile * 8 + n;
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    float a = acc[i];
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    if (q == 0 && row < kN)
+      y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
   }
 }
 } // namespace
@@ -163,7 +216,7 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          float *__restrict__ y, int T) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = lane >> 2, q = lane & 3;
-  if (kTensorCores && T >= kMmaMinTokens) {
+  if (kTensorCores) {
     // Tensor cores: an item is one tile of 8 rows x kMmaTokens tokens. The lane's 8 weights of
     // a sub-block are its B fragments of 4 k-steps (pairs (v[2 kk], v[2 kk + 1]) as b0, b1):
     // k-step kk's logical k = q, q + 4 are the lane's elements at[2 kk], at[2 kk + 1], the same
@@ -174,8 +227,8 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
       const int tile = (int)(item % kTiles);
       const int t0 = (int)(item / kTiles) * kMmaTokens;
       const unsigned char *base = w + tile * kTileBytes;
-      const float *xr[kMTiles][2];
-      mmaRows(x, rows, T, t0, n, xr);
+      int xr[kMTiles][2];
+      mmaRows(rows, T, t0, n, xr);
       float acc[kMTiles][4] = {};
       for (int span = 0; span < kSpans; ++span) {
         const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
@@ -190,9 +243,9 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
             const unsigned b[2] = {toTf32(v[2 * kk]), toTf32(v[2 * kk + 1])};
 #pragma unroll
             for (int mt = 0; mt < kMTiles; ++mt) {
-              const unsigned a[4] = {toTf32(xr[mt][0][k0 + at[2 * kk]]), toTf32(xr[mt][1][k0 + at[2 * kk]]),
-                                     toTf32(xr[mt][0][k0 + at[2 * kk + 1]]),
-                                     toTf32(xr[mt][1][k0 + at[2 * kk + 1]])};
+              const int k1 = k0 + at[2 * kk], k2 = k0 + at[2 * kk + 1];
+              const unsigned a[4] = {xTf32(x, xr[mt][0], k1), xTf32(x, xr[mt][1], k1),
+                                     xTf32(x, xr[mt][0], k2), xTf32(x, xr[mt][1], k2)};
               mmaTf32(acc[mt], a, b);
             }
           }
@@ -210,54 +263,61 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
     const int tile = (int)(item % kTiles);
     const int t0 = (int)(item / kTiles) * kTokens;
     const unsigned char *base = w + tile * kTileBytes;
-    const float *xr[kTokens];
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) {
-      const int t = t0 + i < T ? t0 + i : t0; // a repeat of a valid row
-      xr[i] = x + (long long)(kGather ? rows[t] : t) * kK;
-    }
-    float acc[kTokens];
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i)
-      acc[i] = 0.0f;
-    for (int span = 0; span < kSpans; ++span) {
-      const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
-      const unsigned char *mine =
-          base + kCodesAt + span * kSpanBytes + lane * m * kW;
-      for (int j = 0; j < m; ++j) {
-        float v[8];
-        int at[8]; // element of each value, relative to the sub-block's first
-        dequantSubBlock(base, mine, span, j, n, q, v, at);
-        const int k0 = span * 128 + j * 32;
-#pragma unroll
-        for (int i = 0; i < kTokens; ++i) {
-          const float *xs = xr[i] + k0;
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            acc[i] += v[e] * xs[at[e]];
-        }
-      }
-    }
-    const int row = tile * 8 + n;
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) {
-      float a = acc[i];
-      a += __shfl_xor_sync(0xffffffffu, a, 1);
-      a += __shfl_xor_sync(0xffffffffu, a, 2);
-      if (q == 0 && row < kN && t0 + i < T)
-        y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
-    }
+    // Only the chunk's real rows are computed (a batch of 1 does a quarter of the work).
+    const int nt = T - t0 < kTokens ? T - t0 : kTokens;
+    if (nt >= 4)
+      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q);
+    else if (nt == 3)
+      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q);
+    else if (nt == 2)
+      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q);
+    else
+      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q);
   }
 }
 )cuda";
 
-constexpr const char *kDenseTemplate = R"cuda(
+constexpr const char *kDenseTemplate = R"cuda(namespace {
+// CUDA cores, one item: weight row `row` times tokens t0 .. t0 + NT - 1; lanes stride over K and
+// a five-step xor shuffle tree finishes each sum (every lane takes part).
+static_assert(kTokens == 4, "the dispatch below handles 1 to 4 tokens per item");
+template <int NT>
+__device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *__restrict__ rows,
+                                        const unsigned char *__restrict__ w, const float *__restrict__ bias,
+                                        float *__restrict__ y, int t0, int row, int lane) {
+  const float *xr[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+    xr[i] = x + (long long)(kGather ? rows[t0 + i] : t0 + i) * kK;
+  float acc[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+    acc[i] = 0.0f;
+  const long long wrow = (long long)row * kK;
+  for (int k = lane; k < kK; k += 32) {
+    const float wv = weightAt(w, wrow + k);
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+      acc[i] += wv * xr[i][k];
+  }
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    float a = acc[i];
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+      a += __shfl_xor_sync(0xffffffffu, a, m);
+    if (lane == 0)
+      y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
+  }
+}
+} // namespace
+
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (kTensorCores && T >= kMmaMinTokens) {
+  if (kTensorCores) {
     // Tensor cores: an item is 8 weight rows x kMmaTokens tokens; k-step kb covers elements
     // kb .. kb + 7 (lane q: kb + q and kb + q + 4), zero past K and past N.
     const int g = lane >> 2, q = lane & 3;
@@ -267,8 +327,8 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          item += (long long)gridDim.x * kWarps) {
       const int row0 = (int)(item % tiles) * 8;
       const int t0 = (int)(item / tiles) * kMmaTokens;
-      const float *xr[kMTiles][2];
-      mmaRows(x, rows, T, t0, g, xr);
+      int xr[kMTiles][2];
+      mmaRows(rows, T, t0, g, xr);
       const bool rowOk = row0 + g < kN;
       const long long wrow = (long long)(rowOk ? row0 + g : 0) * kK;
       float acc[kMTiles][4] = {};
@@ -278,8 +338,8 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
                                toTf32(rowOk && k2 < kK ? weightAt(w, wrow + k2) : 0.0f)};
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          const unsigned a[4] = {toTf32(k1 < kK ? xr[mt][0][k1] : 0.0f), toTf32(k1 < kK ? xr[mt][1][k1] : 0.0f),
-                                 toTf32(k2 < kK ? xr[mt][0][k2] : 0.0f), toTf32(k2 < kK ? xr[mt][1][k2] : 0.0f)};
+          const unsigned a[4] = {k1 < kK ? xTf32(x, xr[mt][0], k1) : 0u, k1 < kK ? xTf32(x, xr[mt][1], k1) : 0u,
+                                 k2 < kK ? xTf32(x, xr[mt][0], k2) : 0u, k2 < kK ? xTf32(x, xr[mt][1], k2) : 0u};
           mmaTf32(acc[mt], a, b);
         }
       }
@@ -293,40 +353,21 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
        item += (long long)gridDim.x * kWarps) {
     const int row = (int)(item % kN);
     const int t0 = (int)(item / kN) * kTokens;
-    const float *xr[kTokens];
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) {
-      const int t = t0 + i < T ? t0 + i : t0;
-      xr[i] = x + (long long)(kGather ? rows[t] : t) * kK;
-    }
-    float acc[kTokens];
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i)
-      acc[i] = 0.0f;
-    const long long wrow = (long long)row * kK;
-    for (int k = lane; k < kK; k += 32) {
-      const float wv = weightAt(w, wrow + k);
-#pragma unroll
-      for (int i = 0; i < kTokens; ++i)
-        acc[i] += wv * xr[i][k];
-    }
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) {
-      float a = acc[i];
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1)
-        a += __shfl_xor_sync(0xffffffffu, a, m);
-      if (lane == 0 && t0 + i < T)
-        y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
-    }
+    const int nt = T - t0 < kTokens ? T - t0 : kTokens; // only the chunk's real rows
+    if (nt >= 4)
+      gemvRow<4>(x, rows, w, bias, y, t0, row, lane);
+    else if (nt == 3)
+      gemvRow<3>(x, rows, w, bias, y, t0, row, lane);
+    else if (nt == 2)
+      gemvRow<2>(x, rows, w, bias, y, t0, row, lane);
+    else
+      gemvRow<1>(x, rows, w, bias, y, t0, row, lane);
   }
 }
 )cuda";
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kTokensPerItem = 4;
-// Steps of at least this many rows take the tensor-core path (when the spec asks for it).
-constexpr int kMmaMinTokens = 16;
 
 } // namespace
 
@@ -355,7 +396,7 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   if (!storage.ok())
     return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
   body += storage->constants;
-  body += detail::substitute(kTensorCoreOps, {{"MMA_MIN", std::to_string(kMmaMinTokens)}});
+  body += kTensorCoreOps;
   body += storage->dense ? kDenseTemplate : kQuantTemplate;
   prefix += "_" + storage->tag;
   // warps' work items per token chunk

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "codegen/KernelEmitter.h"
+#include "codegen/KernelFamilies.h"
 #include "codegen/NvrtcCompiler.h"
 #include "ir/LLMDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -133,6 +134,10 @@ struct Lowering {
 
   quant::Layout weightLayoutKind = quant::Layout::kRowGroups;
   llmrt::StatusOr<int> kernelFor(Operation *op);
+  /// The step's tensor-core kernel (emitBatchedKernel), -1 for none.
+  llmrt::StatusOr<int> batchedKernelFor(Operation *op);
+  /// Index of `spec` in the plan's kernels, compiling it on first use.
+  llmrt::StatusOr<int> addKernel(const KernelSpec &spec);
   llmrt::Status lowerForward(func::FuncOp fn,
                              flatbuffers::Offset<fb::Program> &program);
   llmrt::StatusOr<PlanStats> run(const std::string &path);
@@ -163,6 +168,22 @@ llmrt::StatusOr<int> Lowering::kernelFor(Operation *op) {
   FailureOr<KernelSpec> spec = emitKernel(op);
   if (failed(spec))
     return error(op, "kernel emission failed");
+  return addKernel(*spec);
+}
+
+llmrt::StatusOr<int> Lowering::batchedKernelFor(Operation *op) {
+  if (opts.targets.empty() || !hasKernel(op))
+    return -1;
+  FailureOr<std::optional<KernelSpec>> spec = emitBatchedKernel(op);
+  if (failed(spec))
+    return error(op, "kernel emission failed");
+  if (!*spec)
+    return -1;
+  return addKernel(**spec);
+}
+
+llmrt::StatusOr<int> Lowering::addKernel(const KernelSpec &specRef) {
+  const KernelSpec *spec = &specRef;
   auto it = kernelIndex.find(spec->entry);
   if (it != kernelIndex.end())
     return it->second;
@@ -285,11 +306,13 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
       params.push_back(p);
     }
     ASSIGN_OR_RETURN(int kernel, kernelFor(op));
+    ASSIGN_OR_RETURN(int batched, batchedKernelFor(op));
     std::string loc;
     llvm::raw_string_ostream os(loc);
     op->getLoc().print(os);
     steps.push_back(fb::CreateStepDirect(fbb, kind, &inputs, &outputs, &weights, &params,
-                                         kernel, (name.str() + " " + os.str()).c_str()));
+                                         kernel, (name.str() + " " + os.str()).c_str(), batched,
+                                         batched >= 0 ? kTensorCoreMinRows : 0));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

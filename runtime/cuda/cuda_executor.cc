@@ -12,11 +12,15 @@ struct CudaExecutor::Step {
   fb::OpKind op = fb::OpKind::Unknown;
   std::string where;
   std::string family;
-  int kernel = -1;             // index into Plan.kernels
-  FunctionHandle fn = nullptr;  // its function, once the module is loaded
-  int block[3] = {1, 1, 1};
-  unsigned shared = 0;
-  GridRule rule;
+  struct Launch {
+    int kernel = -1;              // index into Plan.kernels
+    FunctionHandle fn = nullptr;  // its function, once the module is loaded
+    int block[3] = {1, 1, 1};
+    unsigned shared = 0;
+    GridRule rule;
+  };
+  Launch main, batched;  // batched (kernel -1: none) runs steps of batched_min_rows rows or more
+  int batched_min_rows = 0;
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
   int layer = 0;
@@ -207,8 +211,13 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
 
   // 5. Modules: the chosen image of every kernel a step uses.
   std::vector<FunctionHandle> functions(images.choices.size(), nullptr);
+  std::vector<Step::Launch*> all;  // every kernel a step launches
   for (Step& st : steps_) {
-    const int k = st.kernel;
+    all.push_back(&st.main);
+    if (st.batched.kernel >= 0) all.push_back(&st.batched);
+  }
+  for (Step::Launch* l : all) {
+    const int k = l->kernel;
     if (!functions[static_cast<size_t>(k)]) {
       const fb::Kernel& kernel = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(k));
       const ImageChoice& c = images.choices[static_cast<size_t>(k)];
@@ -223,7 +232,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
       modules_.push_back(m);
       ASSIGN_OR_RETURN(functions[static_cast<size_t>(k)], driver_->get_function(m, kernel.name()->str()));
     }
-    st.fn = functions[static_cast<size_t>(k)];
+    l->fn = functions[static_cast<size_t>(k)];
   }
   args_.reserve(32);  // the most parameters a kernel takes: split's 16 outputs + 2
   params_.reserve(32);
@@ -260,10 +269,23 @@ Status CudaExecutor::decode(const Plan& plan) {
     if (st.family != family_of(st.op))
       return invalid_argument(st.where + ": its kernel '" + (kernel.name() ? kernel.name()->str() : "?") +
                               "' is of family '" + st.family + "', expected '" + family_of(st.op) + "'");
-    ASSIGN_OR_RETURN(st.rule, parse_grid_rule(kernel.grid_rule()->string_view()));  // check_plan accepted it
-    for (int d = 0; d < 3; ++d) st.block[d] = kernel.block_dim()->Get(static_cast<flatbuffers::uoffset_t>(d));
-    st.shared = kernel.shared_mem_bytes();
-    st.kernel = s.kernel();
+    auto launch = [&](int index, Step::Launch* l) -> Status {
+      const fb::Kernel& k = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(index));
+      ASSIGN_OR_RETURN(l->rule, parse_grid_rule(k.grid_rule()->string_view()));  // check_plan accepted it
+      for (int d = 0; d < 3; ++d) l->block[d] = k.block_dim()->Get(static_cast<flatbuffers::uoffset_t>(d));
+      l->shared = k.shared_mem_bytes();
+      l->kernel = index;
+      return ok_status();
+    };
+    RETURN_IF_ERROR(launch(s.kernel(), &st.main));
+    if (s.batched_kernel() >= 0) {  // in range (the plan reader checked)
+      const fb::Kernel& b = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(s.batched_kernel()));
+      if (!b.family() || b.family()->str() != st.family)
+        return invalid_argument(st.where + ": its batched kernel is of family '" +
+                                (b.family() ? b.family()->str() : std::string()) + "', expected '" + st.family + "'");
+      RETURN_IF_ERROR(launch(s.batched_kernel(), &st.batched));
+      st.batched_min_rows = s.batched_min_rows();
+    }
     st.in = trimmed(s.inputs());
     st.out = trimmed(s.outputs());
     st.weights = trimmed(s.weights());
@@ -423,11 +445,12 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
         return internal_error(st.where + ": no launch for this op");
     }
     num(rows);
-    const int64_t grid = grid_size(st.rule, rows, max_grid_);
+    const Step::Launch& l = st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
+    const int64_t grid = grid_size(l.rule, rows, max_grid_);
     if (grid == 0) continue;
     params_.resize(args.size());
     for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];
-    Status launched = driver_->launch(st.fn, static_cast<unsigned>(grid), st.block, st.shared, params_.data());
+    Status launched = driver_->launch(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
   }
   return ok_status();

@@ -125,6 +125,11 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
             return invalid_argument(where + ": weight index out of range");
       if (step->kernel() != -1 && (step->kernel() < 0 || step->kernel() >= num_kernels))
         return invalid_argument(where + ": kernel index out of range");
+      if (step->batched_kernel() != -1 &&
+          (step->batched_kernel() < 0 || step->batched_kernel() >= num_kernels || step->kernel() < 0 ||
+           step->batched_min_rows() < 1))
+        return invalid_argument(where + ": batched kernel index out of range, without a kernel, or from "
+                                        "fewer than 1 row");
       if (step->params()) {
         const flatbuffers::String* prev = nullptr;
         for (const fb::Param* p : *step->params()) {

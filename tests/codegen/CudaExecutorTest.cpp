@@ -119,6 +119,7 @@ public:
       return llmrt::ok_status();
     }
     ++launches_;
+    tensorCoreLaunches_ += m->entry.find("_tc_") != std::string::npos;
     // Emulation cost grows with blocks x threads: a small grid is exactly as correct (the
     // kernels walk their items grid-stride) and keeps the test fast.
     m->run(params, std::min(grid, 4u), static_cast<unsigned>(m->block));
@@ -150,6 +151,7 @@ public:
       for (size_t i = 0; i < params.size(); ++i)
         params[i] = &r.values[i];
       ++launches_;
+      tensorCoreLaunches_ += r.module->entry.find("_tc_") != std::string::npos;
       r.module->run(params.data(), std::min(r.grid, 4u), static_cast<unsigned>(r.module->block));
     }
     return llmrt::ok_status();
@@ -158,6 +160,8 @@ public:
   int launches() const { return launches_; }
   int graphsCaptured() const { return static_cast<int>(graphs_made_.size()); }
   int graphLaunches() const { return graphLaunches_; }
+  /// Launches of tensor-core kernels (entries with "_tc_").
+  int tensorCoreLaunches() const { return tensorCoreLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -262,6 +266,7 @@ private:
   std::vector<Recorded> recording_;
   std::vector<std::unique_ptr<std::vector<Recorded>>> graphs_made_;
   int graphLaunches_ = 0;
+  int tensorCoreLaunches_ = 0;
 };
 
 /// `llmc compile <model> -o <dir>/plan.fb <args>`.
@@ -325,7 +330,7 @@ void expectLogitsClose(const std::vector<float> &gpu, const std::vector<float> &
 
 /// Prefill of two sequences (one spanning blocks), then a decode step of both, on both
 /// executors; logits compared at every row.
-void runBothAndCompare(const std::string &planPath, double tol) {
+void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores = false) {
   auto plan = llmrt::Plan::open(planPath);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
@@ -359,6 +364,8 @@ void runBothAndCompare(const std::string &planPath, double tol) {
     expectLogitsClose(lg, lc, tol);
   }
   EXPECT_EQ(driver.launches(), 2 * (*gpu)->launches_per_step());
+  // The prefill (24 rows) runs the tensor-core kernels when the plan has them; decode never.
+  EXPECT_EQ(driver.tensorCoreLaunches() > 0, tensorCores) << driver.tensorCoreLaunches();
   // Copy-on-write of a KV block (sequence 0's first, positions 0..bs-1, into the unused block
   // 15), then decode sequence 0 reading the copy: the device's copy must hold what the CPU's does
   // (the emulated device fills fresh memory with 0xCD bytes, so a missing copy shows).
@@ -403,7 +410,7 @@ TEST(CudaExecutor, TensorCorePlansMatchWithinTf32Rounding) {
   const std::string plan =
       compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/gptq_4bit_desc_act",
                   "--target sm_90 --weight-layout cuda-mma");
-  runBothAndCompare(plan, 3e-3);
+  runBothAndCompare(plan, 3e-3, /*tensorCores=*/true);
 }
 
 TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {

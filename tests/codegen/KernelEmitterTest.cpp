@@ -301,6 +301,18 @@ TEST_F(EmitterTest, LinearFollowsTheWeightStorage) {
   ASSERT_TRUE(mlir::succeeded(spec)) << diagnostics;
   EXPECT_TRUE(contains(spec->source, "weight=int4-g32-f16-min")) << spec->source;
   EXPECT_EQ(spec->gridRule, "rows/4*48"); // 1536 rows = 192 tiles, 4 warps a block
+  // The tensor-core kernel for steps of 16+ rows, unless the module turns it off.
+  auto batched = llmc::emitBatchedKernel(ops[1]);
+  ASSERT_TRUE(mlir::succeeded(batched) && batched->has_value()) << diagnostics;
+  EXPECT_NE((*batched)->entry.find("_tc_"), std::string::npos) << (*batched)->entry;
+  EXPECT_EQ((*batched)->family, "linear");
+  (*module)->setAttr("llm.gpu_tensor_cores", mlir::BoolAttr::get(&ctx, false));
+  batched = llmc::emitBatchedKernel(ops[1]);
+  ASSERT_TRUE(mlir::succeeded(batched));
+  EXPECT_FALSE(batched->has_value());
+  batched = llmc::emitBatchedKernel(ops[0]); // the weight op: no kernels at all
+  ASSERT_TRUE(mlir::succeeded(batched));
+  EXPECT_FALSE(batched->has_value());
 }
 
 TEST_F(EmitterTest, EmbeddingFollowsTheTableStorage) {

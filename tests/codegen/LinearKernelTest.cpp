@@ -90,10 +90,9 @@ std::vector<float> checkLinear(const llmc::LinearParams &p, const Weight &w, int
   EXPECT_TRUE(kernel.ok()) << kernel.error();
   if (!kernel.ok())
     return {};
-  // Tensor cores (T >= 16): TF32 operands, each rounded to 10 mantissa bits (relative error
-  // <= 2^-11), so a product is off by at most ~2^-10 of its magnitude.
-  const bool tensorCores = p.tensorCores && T >= 16;
-  const double rel = tensorCores ? 1.2e-3 : 2e-6;
+  // Tensor cores: TF32 operands, each rounded to 10 mantissa bits (relative error <= 2^-11), so
+  // a product is off by at most ~2^-10 of its magnitude.
+  const double rel = p.tensorCores ? 1.2e-3 : 2e-6;
   auto run = kernel.get<LinearFn>();
   const int n = int(p.n), k = int(p.k);
   const int xrows = p.gatherRows ? T + 3 : T;
@@ -125,8 +124,8 @@ std::vector<float> checkLinear(const llmc::LinearParams &p, const Weight &w, int
   run(x.data(), w.bytes.data(), p.bias ? bias.data() : nullptr, p.gatherRows ? rows.data() : nullptr,
       y1.data(), T, 1);
   EXPECT_TRUE(bitEqual(y, y1));
-  // The last row alone gives the bits it had in the batch (on the same path).
-  if (T > 1 && !tensorCores) {
+  // The last row alone gives the bits it had in the batch (each kernel's rows are independent).
+  if (T > 1) {
     std::vector<float> last(n, NAN);
     const int *r = p.gatherRows ? rows.data() + (T - 1) : nullptr;
     const float *xs = p.gatherRows ? x.data() : x.data() + size_t(T - 1) * k;
@@ -230,11 +229,11 @@ TEST(EmbeddingKernel, EveryStorageReadsAsTheCpuDequantizesIt) {
   EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 64, "q4_k"}).ok());
 }
 
-TEST(LinearKernel, TensorCorePathForStepsOf16RowsOrMore) {
-  // Partial m-tiles (T = 20, 40), a second token chunk (T = 70), partial weight tiles, short
-  // spans, K not a multiple of 8 for dense weights, biases and gathered rows. The same step on
-  // the CUDA-core path (tensorCores = false) must give other bits (the TF32 rounding shows: the
-  // tensor-core path ran) within the same bound.
+TEST(LinearKernel, TensorCoreKernels) {
+  // Partial m-tiles (T = 3, 20, 40), a second token chunk (T = 70), partial weight tiles, short
+  // spans, K not a multiple of 8 for dense weights, biases and gathered rows. The CUDA-core
+  // kernel of the same step must give other bits (the TF32 rounding shows: the tensor cores
+  // ran) within the same bound.
   struct Case {
     const char *weight;
     int n, k, T;
@@ -245,13 +244,14 @@ TEST(LinearKernel, TensorCorePathForStepsOf16RowsOrMore) {
                         Case{"int8-g32-f16-sym", 9, 160, 20, false, true},
                         Case{"int8-row-f32-zp", 16, 64, 16, false, false},
                         Case{"f32", 13, 70, 40, true, false}, Case{"bf16", 16, 64, 70, false, true},
-                        Case{"f16", 7, 33, 17, false, false}}) {
+                        Case{"f16", 7, 33, 17, false, false}, Case{"int4-g32-f16-sym", 8, 64, 3, false, false}}) {
     llmc::LinearParams p;
     p.n = c.n;
     p.k = c.k;
     p.weight = c.weight;
     p.bias = c.bias;
     p.gatherRows = c.gather;
+    p.tensorCores = true;
     const std::string w = c.weight;
     Weight weight = w == "f32" || w == "f16" || w == "bf16" ? denseWeight(w, c.n, c.k, 41)
                                                             : quantizedWeight(w, c.n, c.k, 41);
@@ -263,11 +263,12 @@ TEST(LinearKernel, TensorCorePathForStepsOf16RowsOrMore) {
   llmc::LinearParams p;
   p.n = 64;
   p.k = 64;
+  EXPECT_EQ(llmc::emitLinearKernel(p)->entry.find("_tc_"), std::string::npos);
+  EXPECT_NE(llmc::emitLinearKernel(p)->source.find("kTensorCores = false"), std::string::npos);
+  p.tensorCores = true;
+  EXPECT_NE(llmc::emitLinearKernel(p)->entry.find("_tc_"), std::string::npos);
   EXPECT_NE(llmc::emitLinearKernel(p)->source.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
             std::string::npos);
-  p.tensorCores = false;
-  EXPECT_NE(llmc::emitLinearKernel(p)->entry.find("_tc"), 0u);
-  EXPECT_EQ(llmc::emitLinearKernel(p)->entry.find("_tc_"), std::string::npos);
 }
 
 TEST(LinearKernel, EmissionErrors) {

@@ -57,6 +57,10 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitLinearKernel({14336, 4096, "int4-g128-bf16-sym", false, false}));
   add(llmc::emitLinearKernel({576, 576, "f32", true, false}));
   add(llmc::emitLinearKernel({128256, 4096, "bf16", false, true}));
+  // Their tensor-core kernels (prefill, large batches).
+  for (const char *weight : {"int4-g128-f16-zp", "int4-g32-f16-min", "int8-g32-f16-sym", "bf16"})
+    add(llmc::emitLinearKernel({4096, 4096, weight, false, false, true}));
+  add(llmc::emitLinearKernel({128256, 4096, "bf16", false, true, true}));
   add(llmc::emitKvStoreKernel({8, 128, 16, "f32"}));
   llmc::AttentionParams attn;
   attn.cache = {8, 128, 16, "f32"};
