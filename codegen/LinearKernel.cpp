@@ -85,6 +85,17 @@ __device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const
 #endif
 }
 
+// CUDA cores: the x rows of tokens t0 .. t0 + NT - 1 of an item, and its sums at zero.
+template <int NT>
+__device__ __forceinline__ void gemvStart(const float *x, const int *rows, int t0, const float *xr[NT],
+                                          float acc[NT]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    xr[i] = x + (long long)(kGather ? rows[t0 + i] : t0 + i) * kK;
+    acc[i] = 0.0f;
+  }
+}
+
 // The x rows of rows g and g + 8 of each m-tile of the item at token t0 (rows past T repeat row
 // T - 1; their results are not stored). Row indices, not pointers: half the registers.
 __device__ __forceinline__ void mmaRows(const int *rows, int T, int t0, int g, int xr[kMTiles][2]) {
@@ -174,13 +185,8 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
                                          const unsigned char *base, const float *__restrict__ bias,
                                          float *__restrict__ y, int t0, int tile, int lane, int n, int q) {
   const float *xr[NT];
-#pragma unroll
-  for (int i = 0; i < NT; ++i)
-    xr[i] = x + (long long)(kGather ? rows[t0 + i] : t0 + i) * kK;
   float acc[NT];
-#pragma unroll
-  for (int i = 0; i < NT; ++i)
-    acc[i] = 0.0f;
+  gemvStart<NT>(x, rows, t0, xr, acc);
   for (int span = 0; span < kSpans; ++span) {
     const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
     const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
@@ -286,13 +292,8 @@ __device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *
                                         const unsigned char *__restrict__ w, const float *__restrict__ bias,
                                         float *__restrict__ y, int t0, int row, int lane) {
   const float *xr[NT];
-#pragma unroll
-  for (int i = 0; i < NT; ++i)
-    xr[i] = x + (long long)(kGather ? rows[t0 + i] : t0 + i) * kK;
   float acc[NT];
-#pragma unroll
-  for (int i = 0; i < NT; ++i)
-    acc[i] = 0.0f;
+  gemvStart<NT>(x, rows, t0, xr, acc);
   const long long wrow = (long long)row * kK;
   for (int k = lane; k < kK; k += 32) {
     const float wv = weightAt(w, wrow + k);
