@@ -146,13 +146,15 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
                   {"cuda_min_driver_version", p.cuda_min_driver_version()}};
   if (const fb::Program* prog = plan.program("forward")) {
     std::map<std::string, int> ops;
-    size_t with_kernel = 0;
+    size_t with_kernel = 0, with_batched = 0;
     for (auto* st : *prog->steps()) {
       ops[fb::EnumNameOpKind(st->op())]++;
       with_kernel += st->kernel() >= 0;
+      with_batched += st->batched_kernel() >= 0;
     }
     j["program"] = {{"name", "forward"}, {"steps", prog->steps()->size()},
-                    {"steps_with_gpu_kernel", with_kernel}, {"ops", ops}};
+                    {"steps_with_gpu_kernel", with_kernel},
+                    {"steps_with_tensor_core_kernel", with_batched}, {"ops", ops}};
   }
   if (const fb::KvSpec* kv = p.kv())
     j["kv_cache"] = {{"num_layers", kv->num_layers()}, {"num_kv_heads", kv->num_kv_heads()},

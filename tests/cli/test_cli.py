@@ -227,6 +227,10 @@ def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
     assert re.search(rb"llm_linear_n\d+_k\d+_f32_tc_", blobs[False])
     assert re.search(rb"llm_logits_n\d+_k\d+_f32_tc_", blobs[False])
     assert not re.search(rb"_tc_[0-9a-f]{12}", blobs[True])
+    for no_tc, plan in ((False, tmp_path / "p0.fb"), (True, tmp_path / "p1.fb")):
+        prog = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)["program"]
+        want = 0 if no_tc else prog["ops"]["Linear"] + prog["ops"]["Logits"]
+        assert prog["steps_with_tensor_core_kernel"] == want, prog
 
 
 def test_compile_real_model_streams_weights(llmc, tmp_path):

@@ -122,14 +122,16 @@ TEST(PlanFile, TensorOutsideWeightsIsRefused) {
 }
 
 TEST(PlanFile, KernelReferenceOutOfRangeIsRefused) {
-  // A minimal program whose only step names kernel 3 of a plan without kernels.
-  for (int kernel : {-1, 3}) {
+  // A minimal program whose only step names kernel 3 of a plan without kernels (or, with
+  // kernel -1, a batched kernel 0 with no main kernel).
+  for (int kernel : {-1, 3, -2}) {
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<fb::Value>> values = {
         fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
     std::vector<int> io = {0};
     std::vector<flatbuffers::Offset<fb::Step>> steps = {
-        fb::CreateStepDirect(fbb, fb::OpKind::Add, &io, &io, nullptr, nullptr, kernel, "add")};
+        kernel == -2 ? fb::CreateStepDirect(fbb, fb::OpKind::Add, &io, &io, nullptr, nullptr, -1, "add", 0, 16)
+                     : fb::CreateStepDirect(fbb, fb::OpKind::Add, &io, &io, nullptr, nullptr, kernel, "add")};
     std::vector<flatbuffers::Offset<fb::Program>> programs = {
         fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
     auto progs = fbb.CreateVector(programs);
@@ -144,7 +146,8 @@ TEST(PlanFile, KernelReferenceOutOfRangeIsRefused) {
       EXPECT_TRUE(plan.ok()) << plan.status().to_string();
     } else {
       ASSERT_FALSE(plan.ok());
-      EXPECT_NE(plan.status().message().find("kernel index"), std::string::npos) << plan.status().message();
+      EXPECT_NE(plan.status().message().find(kernel == -2 ? "batched kernel" : "kernel index"), std::string::npos)
+          << plan.status().message();
     }
   }
 }
