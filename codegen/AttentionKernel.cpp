@@ -23,6 +23,7 @@
 #include "codegen/KernelFamilies.h"
 #include "codegen/KernelSource.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace llmc {
@@ -60,9 +61,61 @@ ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
 }
 )cuda";
 
+// int8 cache: codes [num_blocks, kv_heads, block_size, head_dim] (signed bytes) plus one f32
+// scale per (block, head, slot); a head's row is stored as the CPU backend stores it
+// (runtime/cpu/attention.cc): s = amax / 127, codes = rint(x * (1 / s)) (0 for an all-zero row),
+// every operation correctly rounded, so both backends hold the same codes.
+constexpr const char *kKvStoreInt8Template = R"cuda(// llmc kernel: kv_store int8, kv_heads=${HKV} head_dim=${HD} block_size=${BS}
+// Params: (const float *k, const float *v, const long long *kv_slots, signed char *k_cache,
+//          signed char *v_cache, float *k_scales, float *v_scales, int T)
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows); one warp per head row.
+namespace {
+constexpr int kHkv = ${HKV};
+constexpr int kHd = ${HD};
+constexpr int kBs = ${BS};
+constexpr int kBlock = ${BLOCK};
+constexpr int kWidth = kHkv * kHd;
+
+__device__ __forceinline__ void storeRow(const float *x, signed char *codes, float *scale, int lane) {
+  float amax = 0.0f;
+  for (int d = lane; d < kHd; d += 32)
+    amax = fmaxf(amax, fabsf(x[d]));
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float s = amax / 127.0f;
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int d = lane; d < kHd; d += 32)
+    codes[d] = (signed char)__float2int_rn(x[d] * inv);
+  if (lane == 0)
+    *scale = s;
+}
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kBlock)
+${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
+         const long long *__restrict__ kv_slots, signed char *__restrict__ k_cache,
+         signed char *__restrict__ v_cache, float *__restrict__ k_scales,
+         float *__restrict__ v_scales, int T) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int row = blockIdx.x; row < T; row += gridDim.x) {
+    const long long slot = kv_slots[row];
+    if (slot < 0)
+      continue; // padding
+    const long long block = slot / kBs, offset = slot % kBs;
+    for (int head = warp; head < kHkv; head += kBlock / 32) {
+      const long long r = (block * kHkv + head) * kBs + offset; // the cache row
+      const long long x = (long long)row * kWidth + head * kHd;
+      storeRow(k + x, k_cache + r * kHd, k_scales + r, lane);
+      storeRow(v + x, v_cache + r * kHd, v_scales + r, lane);
+    }
+  }
+}
+)cuda";
+
 constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attention, heads=${H} kv_heads=${HKV} head_dim=${HD}
 // block_size=${BS} window=${WINDOW} scale=${SCALE}
-// Params: (const float *q, const float *k_cache, const float *v_cache,
+// Params: (const float *q, const ${ELEM} *k_cache, const ${ELEM} *v_cache,${SCALE_PARAMS_DOC}
 //          const int *positions, const int *query_start, const int *block_tables,
 //          int max_blocks, int S, float *out, int T)
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${H} (grid-stride over (row, head)).
@@ -76,12 +129,12 @@ constexpr float kScale = ${SCALE};
 constexpr int kBlock = ${BLOCK};
 constexpr int kGroup = kH / kHkv;
 constexpr int kPerThread = (kHd + kBlock - 1) / kBlock;
-
+${CACHE_READ}
 ${REDUCTIONS}} // namespace
 
 extern "C" __global__ void __launch_bounds__(kBlock)
-${ENTRY}(const float *__restrict__ q, const float *__restrict__ k_cache,
-         const float *__restrict__ v_cache, const int *__restrict__ positions,
+${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
+         const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
          const int *__restrict__ query_start, const int *__restrict__ block_tables,
          int max_blocks, int S, float *__restrict__ out, int T) {
   __shared__ float qs[kHd];
@@ -120,11 +173,10 @@ ${ENTRY}(const float *__restrict__ q, const float *__restrict__ k_cache,
       const int j = j0 + tid;
       float score = negInf;
       if (j <= p) {
-        const long long base =
-            (((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs) * kHd;
+        const long long r = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
         float s = 0.0f;
         for (int d = 0; d < kHd; ++d)
-          s += qs[d] * k_cache[base + d];
+          s += qs[d] * cacheAt(k_cache, K_SCALES, r, d);
         score = s;
       }
       const float mNew = fmaxf(m, blockMax(score, red));
@@ -141,9 +193,8 @@ ${ENTRY}(const float *__restrict__ q, const float *__restrict__ k_cache,
           float a = acc[i] * alpha;
           for (int jj = 0; jj < n; ++jj) {
             const int pos = j0 + jj;
-            const long long base =
-                (((long long)table[pos / kBs] * kHkv + kvHead) * kBs + pos % kBs) * kHd;
-            a += probs[jj] * v_cache[base + d];
+            const long long r = ((long long)table[pos / kBs] * kHkv + kvHead) * kBs + pos % kBs;
+            a += probs[jj] * cacheAt(v_cache, V_SCALES, r, d);
           }
           acc[i] = a;
         }
@@ -162,6 +213,20 @@ ${ENTRY}(const float *__restrict__ q, const float *__restrict__ k_cache,
 }
 )cuda";
 
+// Element d of cache row r (f32: as stored; int8: code * the row's scale, as the CPU dequantizes).
+constexpr const char *kF32Read = R"cuda(#define K_SCALES nullptr
+#define V_SCALES nullptr
+__device__ __forceinline__ float cacheAt(const float *c, const float *, long long r, int d) {
+  return c[r * kHd + d];
+}
+)cuda";
+constexpr const char *kInt8Read = R"cuda(#define K_SCALES k_scales
+#define V_SCALES v_scales
+__device__ __forceinline__ float cacheAt(const signed char *c, const float *scales, long long r, int d) {
+  return __fmul_rn((float)c[r * kHd + d], scales[r]);
+}
+)cuda";
+
 llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int64_t blockSize) {
   if (kvHeads <= 0 || headDim <= 0 || headDim > 1024 || blockSize <= 0 || blockSize > 4096 ||
       kvHeads * headDim > detail::kMaxDim)
@@ -175,25 +240,28 @@ llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int
 
 llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
   RETURN_IF_ERROR(checkCache("kv_store", p.numKvHeads, p.headDim, p.blockSize));
-  if (p.kvDtype != "f32")
-    return llmrt::unimplemented("kv_store: the CUDA kernels keep the KV cache in f32; kv dtype '" +
-                                p.kvDtype + "' has no GPU kernel yet");
-  const int block = detail::elementwiseBlockSize(p.numKvHeads * p.headDim);
-  std::string body = detail::substitute(kKvStoreTemplate, {{"HKV", std::to_string(p.numKvHeads)},
+  if (p.kvDtype != "f32" && p.kvDtype != "int8")
+    return llmrt::unimplemented("kv_store: kv dtype '" + p.kvDtype + "' has no GPU kernel (f32, int8)");
+  const bool i8 = p.kvDtype == "int8";
+  // int8: one warp per head row (amax is a warp reduction), up to 8 warps.
+  const int block = i8 ? 32 * static_cast<int>(std::min<int64_t>(8, p.numKvHeads))
+                       : detail::elementwiseBlockSize(p.numKvHeads * p.headDim);
+  std::string body = detail::substitute(i8 ? kKvStoreInt8Template : kKvStoreTemplate,
+                                        {{"HKV", std::to_string(p.numKvHeads)},
                                                            {"HD", std::to_string(p.headDim)},
                                                            {"BS", std::to_string(p.blockSize)},
                                                            {"BLOCK", std::to_string(block)}});
   return detail::finishSpec("kv_store",
                             "llm_kv_store_h" + std::to_string(p.numKvHeads) + "_d" + std::to_string(p.headDim) +
-                                "_b" + std::to_string(p.blockSize),
+                                "_b" + std::to_string(p.blockSize) + (i8 ? "_i8" : ""),
                             body, block, "rows");
 }
 
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   RETURN_IF_ERROR(checkCache("paged_attention", p.cache.numKvHeads, p.cache.headDim, p.cache.blockSize));
-  if (p.cache.kvDtype != "f32")
-    return llmrt::unimplemented("paged_attention: the CUDA kernels keep the KV cache in f32; kv dtype '" +
-                                p.cache.kvDtype + "' has no GPU kernel yet");
+  if (p.cache.kvDtype != "f32" && p.cache.kvDtype != "int8")
+    return llmrt::unimplemented("paged_attention: kv dtype '" + p.cache.kvDtype + "' has no GPU kernel (f32, int8)");
+  const bool i8 = p.cache.kvDtype == "int8";
   if (p.numHeads <= 0 || p.numHeads % p.cache.numKvHeads != 0 || p.numHeads * p.cache.headDim > detail::kMaxDim)
     return llmrt::invalid_argument("paged_attention: " + std::to_string(p.numHeads) +
                                    " heads are not a multiple of " + std::to_string(p.cache.numKvHeads) +
@@ -210,12 +278,17 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                                              {"WINDOW", std::to_string(p.slidingWindow)},
                                                              {"SCALE", detail::floatLiteral(p.scale)},
                                                              {"BLOCK", std::to_string(block)},
-                                                             {"REDUCTIONS", detail::kBlockReductions}});
+                                                             {"REDUCTIONS", detail::kBlockReductions},
+                                                             {"ELEM", i8 ? "signed char" : "float"},
+                                                             {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
+                                                             {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""},
+                                                             {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
   return detail::finishSpec("paged_attention",
                             "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" +
                                 std::to_string(p.cache.numKvHeads) + "_d" + std::to_string(p.cache.headDim) +
                                 "_b" + std::to_string(p.cache.blockSize) +
-                                (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()),
+                                (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
+                                (i8 ? "_i8" : ""),
                             body, block, "rows*" + std::to_string(p.numHeads));
 }
 

@@ -368,7 +368,7 @@ bool hasKernel(Operation *op) {
     return op->getNumOperands() >= 2 && !weightStorage(op, op->getOperand(1)).empty();
   if (name == "llm.kv_store" || name == "llm.paged_attention") {
     auto dtype = op->getAttrOfType<StringAttr>("kv_dtype");
-    return !dtype || dtype.getValue() == "f32"; // int8 KV: no GPU kernel yet
+    return !dtype || dtype.getValue() == "f32" || dtype.getValue() == "int8";
   }
   return name == "llm.rms_norm" || name == "llm.add_rms_norm" || name == "llm.rope" ||
          name == "llm.silu_mul" || name == "llm.add" || name == "llm.split" ||

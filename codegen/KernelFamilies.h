@@ -87,7 +87,8 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
 inline constexpr int kTensorCoreMinRows = 16;
 
 /// The paged KV cache as the kernels see it (PROGRAM.md: per layer K and V
-/// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32" only so far).
+/// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32", or "int8": codes
+/// in that shape plus one f32 scale per [block, head, slot], passed after the caches).
 struct KvCacheParams {
   int64_t numKvHeads = 0;
   int64_t headDim = 0;

@@ -107,9 +107,10 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   const fb::Plan& p = plan.fb();
   const fb::KvSpec* kv = p.kv();
   const fb::MemoryPlan* mem = p.memory();
-  if (kv->dtype() != fb::DType::F32)
-    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32; this plan's is ") +
-                               fb::EnumNameDType(kv->dtype()) + ": compile it with --kv-cache-dtype f32");
+  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8)
+    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32 or int8; this plan's is ") +
+                               fb::EnumNameDType(kv->dtype()));
+  kv_i8_ = kv->dtype() == fb::DType::I8;
   num_layers_ = kv->num_layers();
   num_kv_heads_ = kv->num_kv_heads();
   head_dim_ = kv->head_dim();
@@ -153,8 +154,14 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   }
   if (memory_.kv_blocks > INT32_MAX) memory_.kv_blocks = INT32_MAX;
   num_kv_blocks_ = static_cast<int>(memory_.kv_blocks);
-  kv_block_bytes_per_layer_ = static_cast<uint64_t>(num_kv_heads_) * block_size_ * head_dim_ * sizeof(float);
-  kv_layer_bytes_ = 2 * kv_block_bytes_per_layer_ * static_cast<uint64_t>(num_kv_blocks_);
+  // Per layer a K half and a V half, each its codes [blocks, kv_heads, block_size, head_dim]
+  // (f32 or int8) then, for int8, one f32 scale per [block, kv_head, slot].
+  const uint64_t block_rows = static_cast<uint64_t>(num_kv_heads_) * block_size_;
+  kv_block_bytes_per_layer_ = block_rows * head_dim_ * (kv_i8_ ? 1 : sizeof(float));
+  kv_codes_bytes_ = align_up(kv_block_bytes_per_layer_ * static_cast<uint64_t>(num_kv_blocks_));
+  kv_half_bytes_ = kv_codes_bytes_ +
+                   (kv_i8_ ? align_up(block_rows * sizeof(float) * static_cast<uint64_t>(num_kv_blocks_)) : 0);
+  kv_layer_bytes_ = 2 * kv_half_bytes_;
 
   auto allocate = [&](uint64_t bytes, DevicePtr* out) -> Status {
     ASSIGN_OR_RETURN(*out, driver_->alloc(std::max<uint64_t>(bytes, kAlign)));
@@ -263,7 +270,7 @@ Status CudaExecutor::decode(const Plan& plan) {
     if (s.kernel() < 0 || s.kernel() >= num_kernels)
       return failed_precondition(
           st.where + " has no GPU kernel: the plan was compiled without --target, or the step's storage has no "
-                     "CUDA kernel (quantized weights need --weight-layout cuda-mma; the KV cache must be f32)");
+                     "CUDA kernel (quantized weights need --weight-layout cuda-mma)");
     const fb::Kernel& kernel = *p.kernels()->Get(s.kernel());
     st.family = kernel.family() ? kernel.family()->str() : "";
     if (st.family != family_of(st.op))
@@ -402,7 +409,10 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
                                                           : DevicePtr{0};
     };
     const DevicePtr kc = kv_ + kv_layer_bytes_ * static_cast<uint64_t>(st.layer);
-    const DevicePtr vc = kc + kv_layer_bytes_ / 2;
+    const DevicePtr vc = kc + kv_half_bytes_;
+    auto scales = [&] {  // int8 caches: the K and V scales follow the caches
+      if (kv_i8_) ptr(kc + kv_codes_bytes_), ptr(vc + kv_codes_bytes_);
+    };
     switch (st.op) {
       case fb::OpKind::Embedding:
       case fb::OpKind::RmsNorm:
@@ -436,9 +446,12 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
         break;
       case fb::OpKind::KvStore:
         ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(slots_), ptr(kc), ptr(vc);
+        scales();
         break;
       case fb::OpKind::PagedAttention:
-        ptr(value_ptr(st.in[0])), ptr(kc), ptr(vc), ptr(positions_), ptr(query_start_), ptr(tables_);
+        ptr(value_ptr(st.in[0])), ptr(kc), ptr(vc);
+        scales();
+        ptr(positions_), ptr(query_start_), ptr(tables_);
         num(table_stride_), num(S), ptr(value_ptr(st.out[0]));
         break;
       default:
@@ -462,10 +475,16 @@ Status CudaExecutor::copy_kv_block(int32_t src, int32_t dst) {
   if (src == dst) return ok_status();
   for (int l = 0; l < num_layers_; ++l)
     for (int kv = 0; kv < 2; ++kv) {
-      const DevicePtr base = kv_ + kv_layer_bytes_ * static_cast<uint64_t>(l) + kv_layer_bytes_ / 2 * kv;
+      const DevicePtr base = kv_ + kv_layer_bytes_ * static_cast<uint64_t>(l) + kv_half_bytes_ * kv;
       RETURN_IF_ERROR(driver_->copy_on_device(base + kv_block_bytes_per_layer_ * static_cast<uint64_t>(dst),
                                               base + kv_block_bytes_per_layer_ * static_cast<uint64_t>(src),
                                               kv_block_bytes_per_layer_));
+      if (kv_i8_) {
+        const uint64_t scale_bytes = static_cast<uint64_t>(num_kv_heads_) * block_size_ * sizeof(float);
+        const DevicePtr sb = base + kv_codes_bytes_;
+        RETURN_IF_ERROR(driver_->copy_on_device(sb + scale_bytes * static_cast<uint64_t>(dst),
+                                                sb + scale_bytes * static_cast<uint64_t>(src), scale_bytes));
+      }
     }
   return ok_status();
 }

@@ -46,7 +46,7 @@ struct CudaExecutorOptions {
 class CudaExecutor : public Executor {
  public:
   /// Errors: anything CpuExecutor::create refuses; failed_precondition when a step has no GPU
-  /// kernel (int8 KV cache, quantized weights in a CPU layout: recompile) or no image runs on the
+  /// kernel (quantized weights in a CPU layout: recompile) or no image runs on the
   /// device; resource_exhausted (memory plan, allocation); driver errors naming the call.
   static StatusOr<std::unique_ptr<CudaExecutor>> create(const Plan& plan, Driver* driver,
                                                         const CudaExecutorOptions& options);
@@ -114,7 +114,8 @@ class CudaExecutor : public Executor {
   DevicePtr weights_ = 0, arena_ = 0, kv_ = 0, logits_ = 0;
   DevicePtr tokens_ = 0, positions_ = 0, slots_ = 0, query_start_ = 0, tables_ = 0, logit_rows_ = 0;
   DevicePtr perms_ = 0;
-  uint64_t kv_layer_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
+  bool kv_i8_ = false;  // int8 codes plus f32 scales per row
+  uint64_t kv_layer_bytes_ = 0, kv_half_bytes_ = 0, kv_codes_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
   std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_
   std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]
   // Decode graphs: sizes, and per size its graph (null until captured); padded batch staging.

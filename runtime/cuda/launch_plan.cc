@@ -97,8 +97,10 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
   // tokens, positions (i32), kv slots (i64), query_start, context lens, block tables, logit rows
   // (i32) and the logits (f32, one row per token at most).
   m.batch = T * (4 + 4 + 8 + 4) + (S + 1) * 4 + S * 4 + S * blocks_per_seq * 4 + T * vocab * 4;
-  m.kv_block_bytes = static_cast<uint64_t>(kv->num_layers()) * 2 * kv->num_kv_heads() * kv->block_size() *
-                     kv->head_dim() * sizeof(float);
+  // f32: head_dim floats per (kv head, slot); int8: head_dim codes and one f32 scale.
+  const uint64_t row_bytes = kv->dtype() == fb::DType::I8 ? kv->head_dim() + sizeof(float)
+                                                          : kv->head_dim() * sizeof(float);
+  m.kv_block_bytes = static_cast<uint64_t>(kv->num_layers()) * 2 * kv->num_kv_heads() * kv->block_size() * row_bytes;
   const uint64_t fixed = m.weights + m.activations + m.batch;
   const uint64_t need_kv = blocks_per_seq * m.kv_block_bytes;
   if (fixed + need_kv > m.budget)

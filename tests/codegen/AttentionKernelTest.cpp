@@ -3,6 +3,8 @@
 // PROGRAM.md's semantics (causal GQA over a paged cache, sliding window).
 
 #include "codegen/KernelFamilies.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/thread_pool.h"
 
 #include "HostKernel.h"
 
@@ -169,6 +171,49 @@ TEST(AttentionKernel, KvStoreWritesSlotsAndSkipsPadding) {
   }
   EXPECT_TRUE(bitEqual(kc, wantK));
   EXPECT_TRUE(bitEqual(vc, wantV));
+}
+
+TEST(AttentionKernel, Int8KvStoreHoldsTheCpuCodes) {
+  // The same codes and scales as the CPU backend's kv_store (runtime/cpu/attention.cc), bit for
+  // bit: an all-zero row (scale 0), a row with a tie at x / s = n + 0.5 and random rows; 5 kv
+  // heads over 4 warps (a warp takes a second head).
+  const int Hkv = 5, hd = 40, bs = 4, blocks = 3, T = 3;
+  auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, "int8"});
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  HostKernel k(*spec,
+               "const float *k, const float *v, const long long *slots, signed char *kc, signed char *vc, "
+               "float *ks, float *vs, int T",
+               "k, v, slots, kc, vc, ks, vs, T");
+  ASSERT_TRUE(k.ok()) << k.error();
+  std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 61), vx = randomVector(kx.size(), 62);
+  std::fill(kx.begin(), kx.begin() + hd, 0.0f);       // token 0, head 0 of K: all zero
+  kx[hd] = 127.0f, kx[hd + 1] = 2.5f, kx[hd + 2] = -3.5f; // head 1: scale 1, ties
+  for (int d = 3; d < hd; ++d)
+    kx[hd + d] = 0.0f;
+  std::vector<long long> slots = {5, -1, 10};
+  const size_t rows = size_t(blocks) * Hkv * bs;
+  std::vector<signed char> kc(rows * hd, 7), vc(rows * hd, 7);
+  std::vector<float> ks(rows, -1.0f), vs(rows, -1.0f);
+  using Fn = void (*)(const float *, const float *, const long long *, signed char *, signed char *, float *,
+                      float *, int, unsigned);
+  k.get<Fn>()(kx.data(), vx.data(), slots.data(), kc.data(), vc.data(), ks.data(), vs.data(), T, 2);
+  // The CPU's cache over the same arrays' shapes.
+  std::vector<int8_t> ck(rows * hd, 7), cv(rows * hd, 7);
+  std::vector<float> cks(rows, -1.0f), cvs(rows, -1.0f);
+  llmrt::cpu::KvLayer kv;
+  kv.k8 = ck.data(), kv.v8 = cv.data(), kv.ks = cks.data(), kv.vs = cvs.data();
+  kv.num_blocks = blocks, kv.num_kv_heads = Hkv, kv.block_size = bs, kv.head_dim = hd;
+  llmrt::ThreadPool pool(1);
+  const std::vector<int64_t> slots64(slots.begin(), slots.end());
+  llmrt::cpu::kv_store(kx.data(), vx.data(), T, slots64.data(), kv, pool);
+  EXPECT_EQ(std::memcmp(kc.data(), ck.data(), kc.size()), 0);
+  EXPECT_EQ(std::memcmp(vc.data(), cv.data(), vc.size()), 0);
+  EXPECT_TRUE(bitEqual(ks, cks));
+  EXPECT_TRUE(bitEqual(vs, cvs));
+  const size_t r1 = size_t(5 / bs * Hkv + 1) * bs + 5 % bs; // token 0, head 1
+  EXPECT_EQ(ks[r1], 1.0f);
+  EXPECT_EQ(kc[r1 * hd + 1], 2);  // 2.5 rounds to even
+  EXPECT_EQ(kc[r1 * hd + 2], -4); // -3.5 too
 }
 
 TEST(AttentionKernel, EmissionErrors) {

@@ -161,6 +161,9 @@ static inline float __uint_as_float(unsigned i) {
   return f;
 }
 
+/// Float to int, round to nearest even (the host's default rounding mode).
+static inline int __float2int_rn(float x) { return int(lrintf(x)); }
+
 /// Round-to-nearest product and sum that the compiler may not contract into an FMA (volatile
 /// keeps each result rounded to float even where the host build contracts).
 static inline float __fmul_rn(float a, float b) {

@@ -69,6 +69,9 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitPagedAttentionKernel(attn));
   attn.slidingWindow = 4096;
   add(llmc::emitPagedAttentionKernel(attn));
+  add(llmc::emitKvStoreKernel({8, 128, 16, "int8"}));
+  attn.cache.kvDtype = "int8";
+  add(llmc::emitPagedAttentionKernel(attn));
   add(llmc::emitAddKernel(4096));
   add(llmc::emitSplitKernel(6144, {4096, 1024, 1024}));
   add(llmc::emitPermuteColumnsKernel(4096));

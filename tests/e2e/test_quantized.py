@@ -181,7 +181,7 @@ def test_plan_sizes(plans, llmc):
     # Q4_1: 20 bytes per 32 weights against 128 for f32.
     assert sizes["fast"] < 0.25 * sizes["float"]
     # The contract and the KV dtype change no weight byte. (File sizes differ by the FlatBuffer:
-    # recorded options, and the kv8 plan lacks the f32-cache GPU kernels; the weight section's
+    # recorded options, and the kv8 plan has int8-cache GPU kernels instead; the weight section's
     # alignment turns a few bytes into a page.)
     def weight_bytes(plan):
         return json.loads(run_cmd([llmc, "inspect", plan, "--json"], "llmc inspect").stdout)["tensors"]["bytes"]

@@ -48,6 +48,8 @@ compile "$QUANT/awq_4bit_gemm" -o "$OUT/plans/awq4_mma.fb" --target "$TARGET" --
 compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16.fb" --target "$TARGET" --weight-dtype bf16
 compile "$TINY" -o "$OUT/plans/tiny_llama_int8_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
   --quantize int8 --cpu-kernels reference
+compile "$ROOT/tests/fixtures/tiny/mistral_swa" -o "$OUT/plans/tiny_mistral_swa_kv8.fb" --target "$TARGET" \
+  --kv-cache-dtype int8
 compile() { "$LLMC" compile -q "$@"; }
 # Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like: embedding and lm_head stay
 # bf16) and dense bf16.
