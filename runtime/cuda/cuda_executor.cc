@@ -358,11 +358,7 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B, float* logits) {
     pad_rows_[i] = i;
     if (!real) table_staging_[static_cast<size_t>(i) * table_stride_] = 0;
   }
-  for (int s = 0; s < T; ++s) {
-    const int used = (b.context_lens[s] + block_size_ - 1) / block_size_;
-    std::copy_n(b.block_tables.data() + static_cast<size_t>(s) * b.max_blocks_per_seq, used,
-                table_staging_.data() + static_cast<size_t>(s) * table_stride_);
-  }
+  // (the real rows' block tables are staged by forward())
   RETURN_IF_ERROR(driver_->copy_to_device(tokens_, pad_tokens_.data(), B * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(positions_, pad_positions_.data(), B * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(slots_, pad_slots_.data(), B * 8ull));
