@@ -7,7 +7,8 @@
 // kv_store: one block per row; a row with kv_slots[t] < 0 (padding) is not
 // stored.
 //
-// paged_attention: one block per (row, head). The block walks the row's
+// paged_attention: one block per (row, group of up to 8 query heads sharing a
+// kv head): GQA reads each K and V row once per group. The block walks the row's
 // visible positions j = max(0, p - W + 1) .. p in tiles of kBlock: each
 // thread scores one position (q . k_j in index order, q pre-scaled), the
 // block takes the tile's max and sum with fixed shared-memory trees, and an
@@ -118,7 +119,7 @@ constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attentio
 // Params: (const float *q, const ${ELEM} *k_cache, const ${ELEM} *v_cache,${SCALE_PARAMS_DOC}
 //          const int *positions, const int *query_start, const int *block_tables,
 //          int max_blocks, int S, float *out, int T)
-// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${H} (grid-stride over (row, head)).
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS} (grid-stride over (row, head group)).
 namespace {
 constexpr int kH = ${H};
 constexpr int kHkv = ${HKV};
@@ -127,23 +128,29 @@ constexpr int kBs = ${BS};
 constexpr int kWindow = ${WINDOW}; // 0: none
 constexpr float kScale = ${SCALE};
 constexpr int kBlock = ${BLOCK};
-constexpr int kGroup = kH / kHkv;
+constexpr int kGroup = ${SUB};            // query heads per item: all or part of a GQA group
+constexpr int kItemsPerRow = kH / kGroup; // items per row; item i's heads i * kGroup ..
 constexpr int kPerThread = (kHd + kBlock - 1) / kBlock;
 ${CACHE_READ}
 ${REDUCTIONS}} // namespace
 
-extern "C" __global__ void __launch_bounds__(kBlock)
+// (kBlock, 1): ptxas's default register budget for 128-thread blocks spilled a few bytes of the
+// windowed variant on sm_80; with at least one block per SM it keeps them in registers.
+extern "C" __global__ void __launch_bounds__(kBlock, 1)
 ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
          const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
          const int *__restrict__ query_start, const int *__restrict__ block_tables,
          int max_blocks, int S, float *__restrict__ out, int T) {
-  __shared__ float qs[kHd];
-  __shared__ float probs[kBlock];
+  // One item = (row, kGroup query heads sharing a kv head): they read each K and V row once. Every head keeps its own order of operations (scores in index order, the same
+  // reduction trees, V sums in position order), as if it were alone.
+  __shared__ float qs[kGroup][kHd];
+  __shared__ float probs[kGroup][kBlock];
   __shared__ float red[kBlock];
   const int tid = threadIdx.x;
-  const long long items = (long long)T * kH;
+  const long long items = (long long)T * kItemsPerRow;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-    const int row = (int)(item / kH), head = (int)(item % kH);
+    const int row = (int)(item / kItemsPerRow), head0 = (int)(item % kItemsPerRow) * kGroup;
+    const int kvHead = head0 / (kH / kHkv);
     if (row >= query_start[S])
       continue; // padding rows: output unspecified, never read
     // The row's sequence: the last s with query_start[s] <= row.
@@ -158,55 +165,78 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
     const int *table = block_tables + (long long)lo * max_blocks;
     const int p = positions[row];
     const int first = kWindow > 0 && p - kWindow + 1 > 0 ? p - kWindow + 1 : 0;
-    const int kvHead = head / kGroup;
-    const float *qrow = q + ((long long)row * kH + head) * kHd;
-    for (int d = tid; d < kHd; d += kBlock)
-      qs[d] = qrow[d] * kScale;
+    const float *qrow = q + ((long long)row * kH + head0) * kHd;
+    for (int i = tid; i < kGroup * kHd; i += kBlock)
+      qs[i / kHd][i % kHd] = qrow[i] * kScale;
     __syncthreads();
-    float acc[kPerThread];
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i)
-      acc[i] = 0.0f;
+    float acc[kGroup][kPerThread];
+    float m[kGroup], l[kGroup];
     const float negInf = __uint_as_float(0xff800000u);
-    float m = negInf, l = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      m[g] = negInf;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i)
+        acc[g][i] = 0.0f;
+    }
     for (int j0 = first; j0 <= p; j0 += kBlock) {
       const int j = j0 + tid;
-      float score = negInf;
+      float score[kGroup];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g)
+        score[g] = negInf;
       if (j <= p) {
         const long long r = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
-        float s = 0.0f;
-        for (int d = 0; d < kHd; ++d)
-          s += qs[d] * cacheAt(k_cache, K_SCALES, r, d);
-        score = s;
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g)
+          score[g] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < kHd; ++d) { // (a full unroll took 200+ registers on sm_80)
+          const float kd = cacheAt(k_cache, K_SCALES, r, d);
+#pragma unroll
+          for (int g = 0; g < kGroup; ++g)
+            score[g] += qs[g][d] * kd;
+        }
       }
-      const float mNew = fmaxf(m, blockMax(score, red));
-      const float e = j <= p ? expf(score - mNew) : 0.0f;
-      probs[tid] = e;
-      const float alpha = expf(m - mNew); // 0 on the first tile (m = -inf)
-      l = l * alpha + blockSum(e, red);   // blockSum's barriers publish probs
-      m = mNew;
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        const float mNew = fmaxf(m[g], blockMax(score[g], red));
+        const float e = j <= p ? expf(score[g] - mNew) : 0.0f;
+        probs[g][tid] = e;
+        const float alpha = expf(m[g] - mNew); // 0 on the first tile (m = -inf)
+        l[g] = l[g] * alpha + blockSum(e, red); // blockSum's barriers publish probs
+        m[g] = mNew;
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i)
+          acc[g][i] *= alpha;
+      }
       const int n = p - j0 + 1 < kBlock ? p - j0 + 1 : kBlock;
 #pragma unroll
       for (int i = 0; i < kPerThread; ++i) {
         const int d = tid + i * kBlock;
         if (d < kHd) {
-          float a = acc[i] * alpha;
           for (int jj = 0; jj < n; ++jj) {
             const int pos = j0 + jj;
             const long long r = ((long long)table[pos / kBs] * kHkv + kvHead) * kBs + pos % kBs;
-            a += probs[jj] * cacheAt(v_cache, V_SCALES, r, d);
+            const float vd = cacheAt(v_cache, V_SCALES, r, d);
+#pragma unroll
+            for (int g = 0; g < kGroup; ++g)
+              acc[g][i] += probs[g][jj] * vd;
           }
-          acc[i] = a;
         }
       }
       __syncthreads(); // probs is rewritten by the next tile
     }
-    float *orow = out + ((long long)row * kH + head) * kHd;
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int d = tid + i * kBlock;
-      if (d < kHd)
-        orow[d] = acc[i] / l;
+    for (int g = 0; g < kGroup; ++g) {
+      float *orow = out + ((long long)row * kH + head0 + g) * kHd;
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        const int d = tid + i * kBlock;
+        if (d < kHd)
+          orow[d] = acc[g][i] / l[g];
+      }
     }
     __syncthreads(); // qs is rewritten by the block's next item
   }
@@ -271,6 +301,15 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   // Threads score one position each per tile; 128 keeps a tile's K rows in
   // flight without idling most threads on short contexts.
   const int block = 128;
+  // Query heads per item: the largest divisor of the GQA group up to 8 (registers and shared
+  // memory grow with it; 8 covers Llama-3's 4 and 70B's 8).
+  int64_t sub = 1;
+  const int64_t group = p.numHeads / p.cache.numKvHeads;
+  for (int64_t g = std::min<int64_t>(group, 8); g >= 1; --g)
+    if (group % g == 0) {
+      sub = g;
+      break;
+    }
   std::string body = detail::substitute(kAttentionTemplate, {{"H", std::to_string(p.numHeads)},
                                                              {"HKV", std::to_string(p.cache.numKvHeads)},
                                                              {"HD", std::to_string(p.cache.headDim)},
@@ -278,6 +317,8 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                                              {"WINDOW", std::to_string(p.slidingWindow)},
                                                              {"SCALE", detail::floatLiteral(p.scale)},
                                                              {"BLOCK", std::to_string(block)},
+                                                             {"SUB", std::to_string(sub)},
+                                                             {"ITEMS", std::to_string(p.numHeads / sub)},
                                                              {"REDUCTIONS", detail::kBlockReductions},
                                                              {"ELEM", i8 ? "signed char" : "float"},
                                                              {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
@@ -289,7 +330,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                 "_b" + std::to_string(p.cache.blockSize) +
                                 (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
                                 (i8 ? "_i8" : ""),
-                            body, block, "rows*" + std::to_string(p.numHeads));
+                            body, block, "rows*" + std::to_string(p.numHeads / sub));
 }
 
 } // namespace llmc

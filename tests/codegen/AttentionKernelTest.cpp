@@ -140,6 +140,9 @@ TEST(AttentionKernel, CausalGqaOverPagedBlocks) {
   checkAttention(4, 2, 24, 4, 0, {7, 3, 150}, {2, 3, 1});
   // head_dim above the block (two dims per thread), MHA, block size 16.
   checkAttention(2, 2, 160, 16, 0, {40, 9}, {1, 9});
+  // Groups above 8 query heads per kv head split into items of a divisor: 12 -> 2 x 6, 9 -> 3 x 3.
+  checkAttention(12, 1, 16, 4, 0, {20, 5}, {2, 5});
+  checkAttention(18, 2, 8, 4, 0, {9}, {3});
 }
 
 TEST(AttentionKernel, SlidingWindow) {
