@@ -98,6 +98,10 @@ for t in bench["tests"]:
     print(line)
 PY
 done
+say "prefill without tensor-core kernels (int4-g128, --no-tensor-cores):"
+timeout 200 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128_notc.fb" --device cuda --pp 512 --tg 0 --batch 0 -r 2 \
+  > "$OUT/llama3_8b_int4_g128_notc.txt" 2>&1 || say "no-tensor-core bench FAILED"
+say '```'; cat "$OUT/llama3_8b_int4_g128_notc.txt" | tee -a "$MD" > /dev/null; say '```'
 if python3 -c "import torch, transformers" 2>/dev/null; then
   timeout 500 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 \
     --json "$OUT/hf_decode.json" 2>&1 | tee -a "$MD" || say "transformers bench FAILED"
