@@ -31,18 +31,21 @@ namespace llmc {
 
 namespace {
 
-constexpr const char *kKvStoreTemplate = R"cuda(// llmc kernel: kv_store, kv_heads=${HKV} head_dim=${HD} block_size=${BS}
-// Params: (const float *k, const float *v, const long long *kv_slots,
-//          float *k_cache, float *v_cache, int T)
-// Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
-namespace {
+// The sizes both kv_store kernels specialize on.
+constexpr const char *kKvStoreConstants = R"cuda(namespace {
 constexpr int kHkv = ${HKV};
 constexpr int kHd = ${HD};
 constexpr int kBs = ${BS};
 constexpr int kBlock = ${BLOCK};
 constexpr int kWidth = kHkv * kHd;
 } // namespace
+)cuda";
 
+constexpr const char *kKvStoreTemplate = R"cuda(// llmc kernel: kv_store, kv_heads=${HKV} head_dim=${HD} block_size=${BS}
+// Params: (const float *k, const float *v, const long long *kv_slots,
+//          float *k_cache, float *v_cache, int T)
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
+${CONSTANTS}
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
          const long long *__restrict__ kv_slots, float *__restrict__ k_cache,
@@ -70,12 +73,7 @@ constexpr const char *kKvStoreInt8Template = R"cuda(// llmc kernel: kv_store int
 // Params: (const float *k, const float *v, const long long *kv_slots, signed char *k_cache,
 //          signed char *v_cache, float *k_scales, float *v_scales, int T)
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows); one warp per head row.
-namespace {
-constexpr int kHkv = ${HKV};
-constexpr int kHd = ${HD};
-constexpr int kBs = ${BS};
-constexpr int kBlock = ${BLOCK};
-constexpr int kWidth = kHkv * kHd;
+${CONSTANTS}namespace {
 
 __device__ __forceinline__ void storeRow(const float *x, signed char *codes, float *scale, int lane) {
   float amax = 0.0f;
@@ -276,11 +274,13 @@ llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
   // int8: one warp per head row (amax is a warp reduction), up to 8 warps.
   const int block = i8 ? 32 * static_cast<int>(std::min<int64_t>(8, p.numKvHeads))
                        : detail::elementwiseBlockSize(p.numKvHeads * p.headDim);
-  std::string body = detail::substitute(i8 ? kKvStoreInt8Template : kKvStoreTemplate,
-                                        {{"HKV", std::to_string(p.numKvHeads)},
-                                                           {"HD", std::to_string(p.headDim)},
-                                                           {"BS", std::to_string(p.blockSize)},
-                                                           {"BLOCK", std::to_string(block)}});
+  std::vector<std::pair<std::string, std::string>> sizes = {{"HKV", std::to_string(p.numKvHeads)},
+                                                             {"HD", std::to_string(p.headDim)},
+                                                             {"BS", std::to_string(p.blockSize)},
+                                                             {"BLOCK", std::to_string(block)}};
+  std::vector<std::pair<std::string, std::string>> bindings = sizes;
+  bindings.emplace_back("CONSTANTS", detail::substitute(kKvStoreConstants, sizes));
+  std::string body = detail::substitute(i8 ? kKvStoreInt8Template : kKvStoreTemplate, bindings);
   return detail::finishSpec("kv_store",
                             "llm_kv_store_h" + std::to_string(p.numKvHeads) + "_d" + std::to_string(p.headDim) +
                                 "_b" + std::to_string(p.blockSize) + (i8 ? "_i8" : ""),

@@ -68,32 +68,22 @@ std::string substitute(
 }
 
 const char *const kBlockReductions = R"cuda(
-__device__ __forceinline__ float blockSum(float v, float *red) {
+template <bool kMax>
+__device__ __forceinline__ float blockReduce(float v, float *red) {
   const int tid = threadIdx.x;
   red[tid] = v;
   __syncthreads();
   for (int s = kBlock / 2; s > 0; s >>= 1) {
     if (tid < s)
-      red[tid] += red[tid + s];
+      red[tid] = kMax ? fmaxf(red[tid], red[tid + s]) : red[tid] + red[tid + s];
     __syncthreads();
   }
   const float r = red[0];
   __syncthreads();
   return r;
 }
-__device__ __forceinline__ float blockMax(float v, float *red) {
-  const int tid = threadIdx.x;
-  red[tid] = v;
-  __syncthreads();
-  for (int s = kBlock / 2; s > 0; s >>= 1) {
-    if (tid < s)
-      red[tid] = fmaxf(red[tid], red[tid + s]);
-    __syncthreads();
-  }
-  const float r = red[0];
-  __syncthreads();
-  return r;
-}
+__device__ __forceinline__ float blockSum(float v, float *red) { return blockReduce<false>(v, red); }
+__device__ __forceinline__ float blockMax(float v, float *red) { return blockReduce<true>(v, red); }
 )cuda";
 
 namespace {

@@ -27,7 +27,7 @@ struct PlanTensor {
   std::vector<std::string> parts; ///< source tensor names, concatenated on dim 0
   std::string quant;              ///< storage ("" = f32, "f16", "bf16" or a quant_format.h format)
   /// Dense storage of 2-byte elements ("f16" / "bf16").
-  bool halfDense() const { return quant == "f16" || quant == "bf16"; }
+  bool halfDense() const { return llmc::llm::isDenseHalf(quant); }
   bool quantized() const { return !quant.empty() && !halfDense(); }
   uint64_t offset = 0, size = 0;
 };

@@ -380,7 +380,6 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B, float* logits) {
       RETURN_IF_ERROR(launched.with_context("capturing the decode graph of batch " + std::to_string(B)));
       if (!graph.ok()) return graph.status().with_context("capturing the decode graph of batch " + std::to_string(B));
       graphs_[k] = *graph;
-      ++graph_count_;
     }
   }
   if (graphs_[k]) RETURN_IF_ERROR(driver_->launch_graph(graphs_[k]));

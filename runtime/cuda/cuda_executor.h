@@ -20,6 +20,7 @@
 // emulates the device on the host (tests/unit/cuda_executor_test.cc).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -81,7 +82,9 @@ class CudaExecutor : public Executor {
   /// Kernel launches per forward() (one per step).
   int launches_per_step() const;
   /// Decode graphs captured so far (one per padded batch size used), and whether they are used.
-  int graphs_captured() const { return static_cast<int>(graph_count_); }
+  int graphs_captured() const {
+    return static_cast<int>(graphs_.size() - std::count(graphs_.begin(), graphs_.end(), nullptr));
+  }
   bool graphs_enabled() const { return graphs_enabled_; }
 
   struct Step;
@@ -122,7 +125,6 @@ class CudaExecutor : public Executor {
   bool graphs_enabled_ = false;
   std::vector<int> graph_sizes_;
   std::vector<GraphHandle> graphs_;  // parallel to graph_sizes_
-  size_t graph_count_ = 0;
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_rows_;
   std::vector<int64_t> pad_slots_;
   std::vector<ModuleHandle> modules_;

@@ -376,12 +376,17 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     const fb::Tensor* t = tensors->Get(ti);
     const std::string tname = t->name() ? t->name()->str() : "?";
     const bool quantized = t->quant() && t->quant()->size() != 0;
-    if (!quantized && (t->dtype() == fb::DType::F16 || t->dtype() == fb::DType::BF16)) {
-      const auto* dims = t->shape();
+    // A [rows, k] matrix stored as `what` (rows = n unless n < 0).
+    const auto* dims = t->shape();
+    auto check_dims = [&](const char* what) -> Status {
       if (!dims || dims->size() != 2 || dims->Get(0) <= 0 || (n >= 0 && dims->Get(0) != n) ||
           dims->Get(1) != k)
-        return invalid_argument(where + ": weight '" + tname + "' does not have shape [" +
+        return invalid_argument(where + ": " + what + "weight '" + tname + "' does not have shape [" +
                                 (n >= 0 ? str(n) : std::string("?")) + "," + str(k) + "]");
+      return ok_status();
+    };
+    if (!quantized && (t->dtype() == fb::DType::F16 || t->dtype() == fb::DType::BF16)) {
+      RETURN_IF_ERROR(check_dims(""));
       if (t->size() != static_cast<uint64_t>(dims->Get(0)) * static_cast<uint64_t>(k) * 2)
         return invalid_argument(where + ": weight '" + tname + "' size does not match its shape");
       st->hw.data = reinterpret_cast<const uint16_t*>(plan.tensor_data(ti));
@@ -400,11 +405,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
                               fb::EnumNameDType(t->dtype()) + " but format " + t->quant()->str());
     StatusOr<quant::Layout> layout = quant::parse_layout(t->layout() ? t->layout()->str() : std::string());
     if (!layout.ok()) return unimplemented(where + ": weight '" + tname + "': " + std::string(layout.status().message()));
-    const auto* dims = t->shape();
-    if (!dims || dims->size() != 2 || dims->Get(0) <= 0 || (n >= 0 && dims->Get(0) != n) ||
-        dims->Get(1) != k)
-      return invalid_argument(where + ": quantized weight '" + tname + "' does not have shape [" +
-                              (n >= 0 ? str(n) : std::string("?")) + "," + str(k) + "]");
+    RETURN_IF_ERROR(check_dims("quantized "));
     StatusOr<int64_t> rb = quant::row_bytes(*f, k);
     if (!rb.ok()) return rb.status().with_context(where + ": weight '" + tname + "'");
     const int64_t rows = dims->Get(0);
