@@ -14,10 +14,17 @@
 // block takes the tile's max and sum with fixed shared-memory trees, and an
 // online softmax (running max m, running sum l) rescales the output
 // accumulator, which threads own by head dimension (summing the tile's
-// positions in order). The order depends only on the row's position and the
-// sizes, never on the batch or the grid. Decode with long contexts would
-// split positions over blocks (flash-decoding); tensor-core prefill tiles are
-// the next step of this family.
+// positions in order). The order depends only on the row's position, the
+// sizes and whether the step splits (below), never on the grid.
+//
+// Long contexts in small steps (flash-decoding): when a step has at most
+// kSplitRows rows, a row's positions are cut into up to kMaxChunks chunks of
+// whole tiles (at least kMinChunk positions each), one block per chunk; each
+// writes its (max, sum, unnormalized output) to the kernel's workspace and
+// the last block of the item to finish (a counter per item, which it resets)
+// combines them in chunk order, so the result does not depend on which block
+// finished last. Contexts of kMinChunk positions or fewer take one chunk and
+// the unsplit path. Tensor-core prefill tiles are the next step of this family.
 //
 //===----------------------------------------------------------------------===//
 
@@ -116,8 +123,10 @@ constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attentio
 // block_size=${BS} window=${WINDOW} scale=${SCALE}
 // Params: (const float *q, const ${ELEM} *k_cache, const ${ELEM} *v_cache,${SCALE_PARAMS_DOC}
 //          const int *positions, const int *query_start, const int *block_tables,
-//          int max_blocks, int S, float *out, int T)
-// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS} (grid-stride over (row, head group)).
+//          int max_blocks, int S, float *out, unsigned char *work, int T)
+// work: ${WORK} bytes, zero when first launched (the kernel leaves it so).
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS} (grid-stride over (row, head group,
+// chunk)).
 namespace {
 constexpr int kH = ${H};
 constexpr int kHkv = ${HKV};
@@ -129,6 +138,11 @@ constexpr int kBlock = ${BLOCK};
 constexpr int kGroup = ${SUB};            // query heads per item: all or part of a GQA group
 constexpr int kItemsPerRow = kH / kGroup; // items per row; item i's heads i * kGroup ..
 constexpr int kPerThread = (kHd + kBlock - 1) / kBlock;
+constexpr int kSplitRows = ${SPLIT_ROWS}; // steps of at most this many rows split long contexts
+constexpr int kMaxChunks = ${MAX_CHUNKS};
+constexpr int kMinChunk = ${MIN_CHUNK};   // positions, a multiple of kBlock
+constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) per head
+constexpr long long kCountersBytes = ${COUNTERS_BYTES};
 ${CACHE_READ}
 ${REDUCTIONS}} // namespace
 
@@ -138,31 +152,48 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1)
 ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
          const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
          const int *__restrict__ query_start, const int *__restrict__ block_tables,
-         int max_blocks, int S, float *__restrict__ out, int T) {
+         int max_blocks, int S, float *__restrict__ out, unsigned char *__restrict__ work, int T) {
   // One item = (row, kGroup query heads sharing a kv head): they read each K and V row once. Every head keeps its own order of operations (scores in index order, the same
   // reduction trees, V sums in position order), as if it were alone.
   __shared__ float qs[kGroup][kHd];
   __shared__ float probs[kGroup][kBlock];
   __shared__ float red[kBlock];
+  __shared__ int isLast;
   const int tid = threadIdx.x;
-  const long long items = (long long)T * kItemsPerRow;
+  int *counters = reinterpret_cast<int *>(work);
+  float *parts = reinterpret_cast<float *>(work + kCountersBytes);
+  const int chunksPerItem = T <= kSplitRows ? kMaxChunks : 1;
+  const long long items = (long long)T * kItemsPerRow * chunksPerItem;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-    const int row = (int)(item / kItemsPerRow), head0 = (int)(item % kItemsPerRow) * kGroup;
+    const int chunk = (int)(item % chunksPerItem);
+    const long long rowItem = item / chunksPerItem; // (row, head group)
+    const int row = (int)(rowItem / kItemsPerRow), head0 = (int)(rowItem % kItemsPerRow) * kGroup;
     const int kvHead = head0 / (kH / kHkv);
     if (row >= query_start[S])
       continue; // padding rows: output unspecified, never read
     // The row's sequence: the last s with query_start[s] <= row.
-    int lo = 0, hi = S - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
+    int seq = 0, top = S - 1;
+    while (seq < top) {
+      const int mid = (seq + top + 1) / 2;
       if (query_start[mid] <= row)
-        lo = mid;
+        seq = mid;
       else
-        hi = mid - 1;
+        top = mid - 1;
     }
-    const int *table = block_tables + (long long)lo * max_blocks;
+    const int *table = block_tables + (long long)seq * max_blocks;
     const int p = positions[row];
     const int first = kWindow > 0 && p - kWindow + 1 > 0 ? p - kWindow + 1 : 0;
+    // This block's positions lo..hi: chunk `chunk` of the row's, chunks of whole tiles.
+    const int len = p - first + 1;
+    int span = len;
+    if (chunksPerItem > 1 && len > kMinChunk) {
+      span = (len + kMaxChunks - 1) / kMaxChunks;
+      span = span < kMinChunk ? kMinChunk : (span + kBlock - 1) / kBlock * kBlock;
+    }
+    const int nChunks = (len + span - 1) / span;
+    if (chunk >= nChunks)
+      continue;
+    const int lo = first + chunk * span, hi = p < lo + span - 1 ? p : lo + span - 1;
     const float *qrow = q + ((long long)row * kH + head0) * kHd;
     for (int i = tid; i < kGroup * kHd; i += kBlock)
       qs[i / kHd][i % kHd] = qrow[i] * kScale;
@@ -178,13 +209,13 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
       for (int i = 0; i < kPerThread; ++i)
         acc[g][i] = 0.0f;
     }
-    for (int j0 = first; j0 <= p; j0 += kBlock) {
+    for (int j0 = lo; j0 <= hi; j0 += kBlock) {
       const int j = j0 + tid;
       float score[kGroup];
 #pragma unroll
       for (int g = 0; g < kGroup; ++g)
         score[g] = negInf;
-      if (j <= p) {
+      if (j <= hi) {
         const long long r = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
 #pragma unroll
         for (int g = 0; g < kGroup; ++g)
@@ -200,7 +231,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
         const float mNew = fmaxf(m[g], blockMax(score[g], red));
-        const float e = j <= p ? expf(score[g] - mNew) : 0.0f;
+        const float e = j <= hi ? expf(score[g] - mNew) : 0.0f;
         probs[g][tid] = e;
         const float alpha = expf(m[g] - mNew); // 0 on the first tile (m = -inf)
         l[g] = l[g] * alpha + blockSum(e, red); // blockSum's barriers publish probs
@@ -209,7 +240,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
         for (int i = 0; i < kPerThread; ++i)
           acc[g][i] *= alpha;
       }
-      const int n = p - j0 + 1 < kBlock ? p - j0 + 1 : kBlock;
+      const int n = hi - j0 + 1 < kBlock ? hi - j0 + 1 : kBlock;
 #pragma unroll
       for (int i = 0; i < kPerThread; ++i) {
         const int d = tid + i * kBlock;
@@ -226,14 +257,72 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
       }
       __syncthreads(); // probs is rewritten by the next tile
     }
+    if (nChunks == 1) {
 #pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      float *orow = out + ((long long)row * kH + head0 + g) * kHd;
+      for (int g = 0; g < kGroup; ++g) {
+        float *orow = out + ((long long)row * kH + head0 + g) * kHd;
 #pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        const int d = tid + i * kBlock;
-        if (d < kHd)
-          orow[d] = acc[g][i] / l[g];
+        for (int i = 0; i < kPerThread; ++i) {
+          const int d = tid + i * kBlock;
+          if (d < kHd)
+            orow[d] = acc[g][i] / l[g];
+        }
+      }
+    } else {
+      // This chunk's part, then the item's last block to finish combines all parts.
+      float *part = parts + (rowItem * kMaxChunks + chunk) * kPartFloats;
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (tid == 0) {
+          part[g * (kHd + 2)] = m[g];
+          part[g * (kHd + 2) + 1] = l[g];
+        }
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+          const int d = tid + i * kBlock;
+          if (d < kHd)
+            part[g * (kHd + 2) + 2 + d] = acc[g][i];
+        }
+      }
+      __threadfence(); // the part is visible device-wide before the count says so
+      __syncthreads();
+      if (tid == 0)
+        isLast = atomicAdd(&counters[rowItem], 1) == nChunks - 1;
+      __syncthreads();
+      if (isLast) {
+        __threadfence();
+        const float *all = parts + rowItem * kMaxChunks * kPartFloats;
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          float mAll = negInf;
+          for (int c = 0; c < nChunks; ++c)
+            mAll = fmaxf(mAll, __ldcg(all + c * kPartFloats + g * (kHd + 2)));
+          float lAll = 0.0f;
+          float o[kPerThread];
+#pragma unroll
+          for (int i = 0; i < kPerThread; ++i)
+            o[i] = 0.0f;
+          for (int c = 0; c < nChunks; ++c) {
+            const float *pc = all + c * kPartFloats + g * (kHd + 2);
+            const float w = expf(__ldcg(pc) - mAll);
+            lAll += __ldcg(pc + 1) * w;
+#pragma unroll
+            for (int i = 0; i < kPerThread; ++i) {
+              const int d = tid + i * kBlock;
+              if (d < kHd)
+                o[i] += __ldcg(pc + 2 + d) * w;
+            }
+          }
+          float *orow = out + ((long long)row * kH + head0 + g) * kHd;
+#pragma unroll
+          for (int i = 0; i < kPerThread; ++i) {
+            const int d = tid + i * kBlock;
+            if (d < kHd)
+              orow[d] = o[i] / lAll;
+          }
+        }
+        if (tid == 0)
+          counters[rowItem] = 0; // ready for the next launch
       }
     }
     __syncthreads(); // qs is rewritten by the block's next item
@@ -254,6 +343,13 @@ __device__ __forceinline__ float cacheAt(const signed char *c, const float *scal
   return __fmul_rn((float)c[r * kHd + d], scales[r]);
 }
 )cuda";
+
+// Flash-decoding sizes (see the file comment): steps of up to 32 rows (decode batches) split a
+// row's positions into up to 32 chunks of at least 256 positions (two tiles): 8K positions
+// give Llama-3-8B's 8 kv-head groups 256 blocks at batch 1 instead of 8.
+constexpr int64_t kSplitRows = 32;
+constexpr int64_t kMaxChunks = 32;
+constexpr int64_t kMinChunk = 256;
 
 llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int64_t blockSize) {
   if (kvHeads <= 0 || headDim <= 0 || headDim > 1024 || blockSize <= 0 || blockSize > 4096 ||
@@ -301,6 +397,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   // Threads score one position each per tile; 128 keeps a tile's K rows in
   // flight without idling most threads on short contexts.
   const int block = 128;
+  static_assert(kMinChunk % 128 == 0, "chunks are whole tiles");
   // Query heads per item: the largest divisor of the GQA group up to 8 (registers and shared
   // memory grow with it; 8 covers Llama-3's 4 and 70B's 8).
   int64_t sub = 1;
@@ -310,6 +407,12 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
       sub = g;
       break;
     }
+  // Flash-decoding (see the file comment): the workspace holds a counter per (row, head group)
+  // and a part per (row, head group, chunk) for steps of up to kSplitRows rows.
+  const int64_t items = p.numHeads / sub;
+  const int64_t countersBytes = (kSplitRows * items * 4 + 255) / 256 * 256;
+  const int64_t workBytes =
+      countersBytes + kSplitRows * items * kMaxChunks * sub * (p.cache.headDim + 2) * int64_t(sizeof(float));
   std::string body = detail::substitute(kAttentionTemplate, {{"H", std::to_string(p.numHeads)},
                                                              {"HKV", std::to_string(p.cache.numKvHeads)},
                                                              {"HD", std::to_string(p.cache.headDim)},
@@ -318,19 +421,26 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                                              {"SCALE", detail::floatLiteral(p.scale)},
                                                              {"BLOCK", std::to_string(block)},
                                                              {"SUB", std::to_string(sub)},
-                                                             {"ITEMS", std::to_string(p.numHeads / sub)},
+                                                             {"ITEMS", std::to_string(items * kMaxChunks)},
+                                                             {"SPLIT_ROWS", std::to_string(kSplitRows)},
+                                                             {"MAX_CHUNKS", std::to_string(kMaxChunks)},
+                                                             {"MIN_CHUNK", std::to_string(kMinChunk)},
+                                                             {"COUNTERS_BYTES", std::to_string(countersBytes)},
+                                                             {"WORK", std::to_string(workBytes)},
                                                              {"REDUCTIONS", detail::kBlockReductions},
                                                              {"ELEM", i8 ? "signed char" : "float"},
                                                              {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
                                                              {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""},
                                                              {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
-  return detail::finishSpec("paged_attention",
-                            "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" +
-                                std::to_string(p.cache.numKvHeads) + "_d" + std::to_string(p.cache.headDim) +
-                                "_b" + std::to_string(p.cache.blockSize) +
-                                (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
-                                (i8 ? "_i8" : ""),
-                            body, block, "rows*" + std::to_string(p.numHeads / sub));
+  KernelSpec spec = detail::finishSpec("paged_attention",
+                                       "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" +
+                                           std::to_string(p.cache.numKvHeads) + "_d" +
+                                           std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
+                                           (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
+                                           (i8 ? "_i8" : ""),
+                                       body, block, "rows*" + std::to_string(items * kMaxChunks));
+  spec.workspaceBytes = static_cast<uint64_t>(workBytes);
+  return spec;
 }
 
 } // namespace llmc

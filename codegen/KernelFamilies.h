@@ -103,7 +103,8 @@ llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p);
 /// llm.paged_attention: causal GQA over the cache, optional sliding window.
 /// Params (const float *q, const float *k_cache, const float *v_cache, const
 /// int *positions, const int *query_start, const int *block_tables, int
-/// max_blocks, int S, float *out, int T).
+/// max_blocks, int S, float *out, unsigned char *work, int T); `work` is the
+/// spec's workspace (split long contexts of small steps, flash-decoding).
 struct AttentionParams {
   KvCacheParams cache;
   int64_t numHeads = 0;
@@ -111,6 +112,10 @@ struct AttentionParams {
   int64_t slidingWindow = 0; // 0 = none
 };
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
+
+/// The summary of each logits row for sampling (runtime/sampler/logits_summary.h):
+/// (const float *logits, unsigned char *out, int L), one block per row, rows of `vocab`.
+llmrt::StatusOr<KernelSpec> emitLogitsSummaryKernel(int64_t vocab);
 
 /// llm.add: (const float *a, const float *b, float *out, int T), rows of
 /// `width`.

@@ -68,22 +68,24 @@ std::string substitute(
 }
 
 const char *const kBlockReductions = R"cuda(
-template <bool kMax>
-__device__ __forceinline__ float blockReduce(float v, float *red) {
+__device__ __forceinline__ float reduceMax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double reduceMax(double a, double b) { return fmax(a, b); }
+template <bool kMax, class T>
+__device__ __forceinline__ T blockReduce(T v, T *red) {
   const int tid = threadIdx.x;
   red[tid] = v;
   __syncthreads();
   for (int s = kBlock / 2; s > 0; s >>= 1) {
     if (tid < s)
-      red[tid] = kMax ? fmaxf(red[tid], red[tid + s]) : red[tid] + red[tid + s];
+      red[tid] = kMax ? reduceMax(red[tid], red[tid + s]) : red[tid] + red[tid + s];
     __syncthreads();
   }
-  const float r = red[0];
+  const T r = red[0];
   __syncthreads();
   return r;
 }
-__device__ __forceinline__ float blockSum(float v, float *red) { return blockReduce<false>(v, red); }
-__device__ __forceinline__ float blockMax(float v, float *red) { return blockReduce<true>(v, red); }
+template <class T> __device__ __forceinline__ T blockSum(T v, T *red) { return blockReduce<false>(v, red); }
+template <class T> __device__ __forceinline__ T blockMax(T v, T *red) { return blockReduce<true>(v, red); }
 )cuda";
 
 namespace {

@@ -34,11 +34,11 @@ std::string substitute(std::string_view tmpl,
                        const std::vector<std::pair<std::string, std::string>>
                            &bindings);
 
-/// CUDA source of blockSum(v, red) and blockMax(v, red): reductions over a
-/// block of kBlock threads (a power of two the including source defines) in a
-/// fixed tree order, through `red` (kBlock floats of shared memory). Every
-/// thread of the block must call them; they end with a barrier so `red` may
-/// be reused at once.
+/// CUDA source of blockSum(v, red) and blockMax(v, red): reductions of floats
+/// or doubles over a block of kBlock threads (a power of two the including
+/// source defines) in a fixed tree order, through `red` (kBlock values of
+/// shared memory). Every thread of the block must call them; they end with a
+/// barrier so `red` may be reused at once.
 extern const char *const kBlockReductions;
 
 /// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or

@@ -68,6 +68,10 @@ struct KernelSpec {
   std::string gridRule;
   /// Dynamic shared memory per block, bytes.
   unsigned sharedMemBytes = 0;
+  /// Device workspace the kernel takes as `unsigned char *work` (before T), bytes; zero-filled
+  /// before its first launch, and the kernel leaves it zero-filled where it must be. 0: none
+  /// (no such parameter). Launches run one at a time, so kernels may share one workspace.
+  uint64_t workspaceBytes = 0;
 };
 
 } // namespace llmc

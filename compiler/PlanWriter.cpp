@@ -199,7 +199,8 @@ llmrt::StatusOr<int> Lowering::addKernel(const KernelSpec &specRef) {
   int id = static_cast<int>(kernels.size());
   kernels.push_back(fb::CreateKernelDirect(fbb, spec->entry.c_str(), spec->family.c_str(),
                                            spec->source.c_str(), &spec->blockDim,
-                                           spec->gridRule.c_str(), spec->sharedMemBytes, &imgs));
+                                           spec->gridRule.c_str(), spec->sharedMemBytes, &imgs,
+                                           spec->workspaceBytes));
   kernelIndex[spec->entry] = id;
   return id;
 }
@@ -211,6 +212,7 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
   ASSIGN_OR_RETURN(int tokensId, addValue(fn.getArgument(0), fb::RowKind::Tokens, 0, "tokens"));
   ASSIGN_OR_RETURN(int positionsId, addValue(fn.getArgument(1), fb::RowKind::Tokens, 0, "positions"));
   int outputId = -1;
+  int64_t outputWidth = ShapedType::kDynamic;
   for (Operation &opRef : fn.getBody().front()) {
     Operation *op = &opRef;
     StringRef name = op->getName().getStringRef();
@@ -255,6 +257,8 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
       if (it == valueId.end())
         return error(op, "returned value is not an activation");
       outputId = it->second;
+      if (auto t = dyn_cast<RankedTensorType>(op->getOperand(0).getType()); t && t.getRank() == 2)
+        outputWidth = t.getDimSize(1);
       continue;
     }
     fb::OpKind kind = opKind(name);
@@ -319,7 +323,17 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
   auto fnName = fbb.CreateString("forward");
   auto vals = fbb.CreateVector(values);
   auto stps = fbb.CreateVector(steps);
-  program = fb::CreateProgram(fbb, fnName, vals, stps, tokensId, positionsId, outputId);
+  // GPU plans reduce each logits row on the device for the sampler (runtime/sampler/logits_summary.h).
+  int summaryKernel = -1;
+  if (!opts.targets.empty()) {
+    if (ShapedType::isDynamic(outputWidth))
+      return error(fn, "@forward's logits need a static vocab width for the GPU summary kernel");
+    llmrt::StatusOr<KernelSpec> summary = emitLogitsSummaryKernel(outputWidth);
+    if (!summary.ok())
+      return error(fn, "logits summary kernel: " + summary.status().message());
+    ASSIGN_OR_RETURN(summaryKernel, addKernel(*summary));
+  }
+  program = fb::CreateProgram(fbb, fnName, vals, stps, tokensId, positionsId, outputId, summaryKernel);
   return llmrt::ok_status();
 }
 

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   std::string cpu_kernels;
   std::string device = "cpu";
   bool no_cuda_graphs = false;
+  int step_tokens = 512;
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
   run->add_option("plan", plan_path, "plan file from llmc compile")->required();
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
                   "(cuda when it can run the plan, else cpu)");
   run->add_flag("--pin-threads", pin_threads, "pin each CPU thread to one core");
   run->add_flag("--no-cuda-graphs", no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  run->add_option("--step-tokens", step_tokens, "tokens per forward step: prompts are prefilled in chunks of this many")
+      ->capture_default_str();
   run->add_option("--cpu-kernels", cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));
@@ -206,8 +209,10 @@ int main(int argc, char** argv) {
   const llmrt::fb::KvSpec* kv = plan.fb().kv();
   if (!mp || !kv || kv->block_size() <= 0)
     return fail(llmrt::invalid_argument("plan has no memory plan or KV spec"));
-  // One step holds at most 512 tokens (longer prompts are chunked): keeps the arena small.
-  gopts.executor.max_tokens_per_step = std::min(mp->max_tokens_per_step(), 512);
+  if (step_tokens < 1) return fail(llmrt::invalid_argument("--step-tokens must be at least 1"));
+  // One step holds at most --step-tokens (512) tokens; longer prompts are chunked, and the arena
+  // stays small.
+  gopts.executor.max_tokens_per_step = std::min(mp->max_tokens_per_step(), step_tokens);
   gopts.executor.num_kv_blocks = static_cast<int>(
       llmrt::Generator::blocks_needed(requests, kv->block_size(), mp->max_model_len()) + 1);
   auto gen_or = llmrt::Generator::create(plan, gopts);

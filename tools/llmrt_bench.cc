@@ -5,6 +5,9 @@
 //            passes of one row); tokens/s = N / time.
 //   tgN-bB   batched decode: B sequences decoding together (N forward passes of B rows);
 //            tokens/s = B * N / time (aggregate).
+//   with --depth D (tgN@dD, tgN-bB@dD): the decode tests start from prompts of D tokens (the
+//            context long decode runs at, as llama-bench's -d); only decoding is timed: from the
+//            moment every sequence has its first token to the last, tokens/s = B * (N - 1) / time.
 // Prompts are random token ids from a fixed seed (no tokenizer needed); sampling is greedy with
 // end-of-sequence ignored. Each test has one untimed warm-up run (same shape, decode capped at 16
 // tokens), then R timed repetitions of Generator::generate() (forward passes + sampling); figures
@@ -55,6 +58,7 @@ struct BenchFlags {
   bool profile = false;
   std::string trace;
   std::string seed = "1234";
+  std::string depth = "0";
   std::string cpu_kernels;  // "" = the plan's
   std::string device = "cpu";
   bool no_cuda_graphs = false;
@@ -64,7 +68,7 @@ struct BenchFlags {
 
 // The parsed numbers.
 struct BenchConfig {
-  int threads = 0, repetitions = 3, pp = 512, tg = 128;
+  int threads = 0, repetitions = 3, pp = 512, tg = 128, depth = 0;
   std::vector<int> batches;
   uint64_t seed = 1234;
 };
@@ -74,6 +78,7 @@ struct TestSpec {
   std::string kind;  // "pp" | "tg" | "batch"
   int tokens = 0;    // prompt tokens (pp) or generated tokens per sequence (tg, batch)
   int batch = 1;
+  int depth = 0;     // tg, batch: prompt tokens before decoding (0: a one-token prompt)
 };
 
 struct TestResult {
@@ -172,7 +177,7 @@ class Bench {
     std::uniform_int_distribution<int32_t> id(0, vocab - 1);
     std::vector<llmrt::GenerationRequest> reqs(t.batch);
     for (auto& r : reqs) {
-      r.prompt.resize(t.kind == "pp" ? t.tokens : 1);
+      r.prompt.resize(t.kind == "pp" ? t.tokens : std::max(1, t.depth));
       for (int32_t& tok : r.prompt) tok = id(rng_);
       r.max_tokens = t.kind == "pp" ? 1 : std::min(t.tokens, max_decode);
       r.ignore_eos = true;
@@ -194,8 +199,16 @@ class Bench {
     }
     for (int r = 0; r < c_.repetitions; ++r) {
       auto reqs = requests(t, vocab);
-      const auto t0 = std::chrono::steady_clock::now();
-      auto out = gen.generate(reqs);
+      // At a depth, the clock starts when every sequence has its first token (prefill done).
+      std::vector<char> started(reqs.size(), 0);
+      size_t num_started = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      auto on_token = [&](size_t seq, int32_t) {
+        if (t.depth == 0 || started[seq]) return;
+        started[seq] = 1;
+        if (++num_started == started.size()) t0 = std::chrono::steady_clock::now();
+      };
+      auto out = gen.generate(reqs, on_token);
       const auto t1 = std::chrono::steady_clock::now();
       if (!out.ok()) return out.status().with_context(t.name);
       int64_t produced = 0;
@@ -205,7 +218,7 @@ class Bench {
         return llmrt::internal_error(t.name + ": generated " + std::to_string(produced) + " tokens, expected " +
                                      std::to_string(expected));
       const double s = std::chrono::duration<double>(t1 - t0).count();
-      const double tokens = double(t.tokens) * t.batch;
+      const double tokens = double(t.depth > 0 ? t.tokens - 1 : t.tokens) * t.batch;
       res.seconds.push_back(s);
       res.tokens_per_s.push_back(s > 0 ? tokens / s : 0.0);
     }
@@ -231,6 +244,8 @@ StatusOr<BenchConfig> parse_flags(const BenchFlags& f) {
   ASSIGN_OR_RETURN(int64_t pp, parse_int("--pp", f.pp, 0, 1 << 24));
   ASSIGN_OR_RETURN(int64_t tg, parse_int("--tg", f.tg, 0, 1 << 24));
   ASSIGN_OR_RETURN(int64_t seed, parse_int("--seed", f.seed, 0, INT64_MAX));
+  ASSIGN_OR_RETURN(int64_t depth, parse_int("--depth", f.depth, 0, 1 << 24));
+  c.depth = static_cast<int>(depth);
   ASSIGN_OR_RETURN(c.batches, parse_batches(f.batch));
   c.threads = static_cast<int>(threads);
   c.repetitions = static_cast<int>(reps);
@@ -238,6 +253,8 @@ StatusOr<BenchConfig> parse_flags(const BenchFlags& f) {
   c.tg = static_cast<int>(tg);
   c.seed = static_cast<uint64_t>(seed);
   if (c.pp == 0 && c.tg == 0) return llmrt::invalid_argument("nothing to measure: --pp and --tg are both 0");
+  if (c.depth > 0 && c.tg > 0 && c.tg < 2)
+    return llmrt::invalid_argument("--depth times decoding after the first token: --tg must be at least 2");
   return c;
 }
 
@@ -267,15 +284,17 @@ int run_bench(const BenchFlags& f) {
   std::vector<TestSpec> tests;
   if (c.pp > 0) tests.push_back({"pp" + std::to_string(c.pp), "pp", c.pp, 1});
   if (c.tg > 0) {
-    tests.push_back({"tg" + std::to_string(c.tg), "tg", c.tg, 1});
+    const std::string at = c.depth > 0 ? "@d" + std::to_string(c.depth) : "";
+    tests.push_back({"tg" + std::to_string(c.tg) + at, "tg", c.tg, 1, c.depth});
     for (int b : c.batches)
-      tests.push_back({"tg" + std::to_string(c.tg) + "-b" + std::to_string(b), "batch", c.tg, b});
+      tests.push_back({"tg" + std::to_string(c.tg) + "-b" + std::to_string(b) + at, "batch", c.tg, b, c.depth});
   }
   if (c.pp > 0 && c.pp >= max_len)
     return fail(llmrt::out_of_range("--pp " + std::to_string(c.pp) + ": the plan's context is " +
                                     std::to_string(max_len) + " tokens (the prompt must leave room for one more)"));
-  if (c.tg > 0 && c.tg + 1 > max_len)
-    return fail(llmrt::out_of_range("--tg " + std::to_string(c.tg) + ": the plan's context is " +
+  if (c.tg > 0 && std::max(1, c.depth) + c.tg > max_len)
+    return fail(llmrt::out_of_range("--tg " + std::to_string(c.tg) + " after a prompt of " +
+                                    std::to_string(std::max(1, c.depth)) + ": the plan's context is " +
                                     std::to_string(max_len) + " tokens"));
   for (int b : c.batches)
     if (b > mp->max_seqs_per_step() || b > budget)
@@ -289,7 +308,7 @@ int run_bench(const BenchFlags& f) {
   for (const TestSpec& t : tests) {
     std::vector<llmrt::GenerationRequest> reqs(t.batch);
     for (auto& r : reqs) {
-      r.prompt.assign(t.kind == "pp" ? t.tokens : 1, 0);
+      r.prompt.assign(t.kind == "pp" ? t.tokens : std::max(1, t.depth), 0);
       r.max_tokens = t.kind == "pp" ? 1 : t.tokens;
     }
     blocks = std::max(blocks, llmrt::Generator::blocks_needed(reqs, kv->block_size(), max_len));
@@ -390,6 +409,7 @@ int run_bench(const BenchFlags& f) {
     nlohmann::ordered_json e;
     e["name"] = r.spec.name;
     e["kind"] = r.spec.kind;
+    e["depth"] = r.spec.depth;
     e["tokens"] = r.spec.tokens;
     e["batch"] = r.spec.batch;
     e["tokens_per_s"] = r.mean;
@@ -447,6 +467,9 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", f.profile, "print a per-op and per-kernel time table per test to stderr");
   cmd->add_option("--trace", f.trace, "write a Chrome trace event file of the timed runs (Perfetto)");
   cmd->add_option("--seed", f.seed, "seed of the random prompt token ids")->capture_default_str();
+  cmd->add_option("--depth", f.depth,
+                  "decode tests start from prompts of this many tokens; only decoding is timed (0: one-token prompts)")
+      ->capture_default_str();
   // A repeated option takes its last value (scripts append overrides), as in `llmrt serve`.
   for (CLI::Option* o : cmd->get_options())
     if (o->get_name() != "--help" && o->get_name() != "plan") o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -12,13 +12,7 @@ struct CudaExecutor::Step {
   fb::OpKind op = fb::OpKind::Unknown;
   std::string where;
   std::string family;
-  struct Launch {
-    int kernel = -1;              // index into Plan.kernels
-    FunctionHandle fn = nullptr;  // its function, once the module is loaded
-    int block[3] = {1, 1, 1};
-    unsigned shared = 0;
-    GridRule rule;
-  };
+  using Launch = CudaExecutor::Launch;
   Launch main, batched;  // batched (kernel -1: none) runs steps of batched_min_rows rows or more
   int batched_min_rows = 0;
   std::vector<int> in, out;
@@ -190,6 +184,13 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   RETURN_IF_ERROR(allocate((S + 1) * 4, &query_start_));
   RETURN_IF_ERROR(allocate(S * static_cast<uint64_t>(table_stride_) * 4, &tables_));
   RETURN_IF_ERROR(allocate(T * 4, &logit_rows_));
+  RETURN_IF_ERROR(allocate(T * sizeof(LogitsSummary), &summaries_));
+  if (const uint64_t work = kernel_workspace_bytes(p); work > 0) {  // zero-filled once; kernels keep it so
+    RETURN_IF_ERROR(allocate(work, &work_));
+    const std::vector<uint8_t> zeros(std::min<uint64_t>(work, uint64_t{1} << 20), 0);
+    for (uint64_t at = 0; at < work; at += zeros.size())
+      RETURN_IF_ERROR(driver_->copy_to_device(work_ + at, zeros.data(), std::min<uint64_t>(zeros.size(), work - at)));
+  }
   RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
   table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
   graph_sizes_ = graph_batch_sizes(std::min(max_seqs_, max_tokens_));
@@ -218,12 +219,13 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
 
   // 5. Modules: the chosen image of every kernel a step uses.
   std::vector<FunctionHandle> functions(images.choices.size(), nullptr);
-  std::vector<Step::Launch*> all;  // every kernel a step launches
+  std::vector<Launch*> all;  // every kernel a step launches
   for (Step& st : steps_) {
     all.push_back(&st.main);
     if (st.batched.kernel >= 0) all.push_back(&st.batched);
   }
-  for (Step::Launch* l : all) {
+  if (summary_.kernel >= 0) all.push_back(&summary_);
+  for (Launch* l : all) {
     const int k = l->kernel;
     if (!functions[static_cast<size_t>(k)]) {
       const fb::Kernel& kernel = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(k));
@@ -260,6 +262,18 @@ Status CudaExecutor::decode(const Plan& plan) {
           prog->values()->Get(i)->offset_per_row() * static_cast<uint64_t>(max_tokens_);
   const int num_kernels = p.kernels() ? static_cast<int>(p.kernels()->size()) : 0;
   const int num_steps = static_cast<int>(prog->steps()->size());
+  auto launch = [&](int index, Launch* l) -> Status {
+    const fb::Kernel& k = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(index));
+    ASSIGN_OR_RETURN(l->rule, parse_grid_rule(k.grid_rule()->string_view()));  // check_plan accepted it
+    for (int d = 0; d < 3; ++d) l->block[d] = k.block_dim()->Get(static_cast<flatbuffers::uoffset_t>(d));
+    l->shared = k.shared_mem_bytes();
+    l->work = k.workspace_bytes() > 0;
+    l->kernel = index;
+    return ok_status();
+  };
+  // The logits summary kernel (the plan reader checked its index and family); none in plans
+  // from before it: summaries are then made on the host from the whole rows.
+  if (prog->logits_summary_kernel() >= 0) RETURN_IF_ERROR(launch(prog->logits_summary_kernel(), &summary_));
   steps_.resize(static_cast<size_t>(num_steps));
   for (int i = 0; i < num_steps; ++i) {
     const fb::Step& s = *prog->steps()->Get(i);
@@ -276,14 +290,6 @@ Status CudaExecutor::decode(const Plan& plan) {
     if (st.family != family_of(st.op))
       return invalid_argument(st.where + ": its kernel '" + (kernel.name() ? kernel.name()->str() : "?") +
                               "' is of family '" + st.family + "', expected '" + family_of(st.op) + "'");
-    auto launch = [&](int index, Step::Launch* l) -> Status {
-      const fb::Kernel& k = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(index));
-      ASSIGN_OR_RETURN(l->rule, parse_grid_rule(k.grid_rule()->string_view()));  // check_plan accepted it
-      for (int d = 0; d < 3; ++d) l->block[d] = k.block_dim()->Get(static_cast<flatbuffers::uoffset_t>(d));
-      l->shared = k.shared_mem_bytes();
-      l->kernel = index;
-      return ok_status();
-    };
     RETURN_IF_ERROR(launch(s.kernel(), &st.main));
     if (s.batched_kernel() >= 0) {  // in range (the plan reader checked)
       const fb::Kernel& b = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(s.batched_kernel()));
@@ -314,9 +320,28 @@ DevicePtr CudaExecutor::value_ptr(int id) const {
   return arena_ + value_offset_[static_cast<size_t>(id)];
 }
 
-Status CudaExecutor::forward(const BatchInput& b, float* logits) {
-  RETURN_IF_ERROR(check_batch(
-      b, logits, {max_tokens_, max_seqs_, max_model_len_, block_size_, num_kv_blocks_, embedding_rows_}, nullptr));
+Status CudaExecutor::forward(const BatchInput& b, float* logits) { return run(b, logits, nullptr); }
+
+Status CudaExecutor::forward_summary(const BatchInput& b, LogitsSummary* summaries) {
+  if (summary_.kernel < 0) return Executor::forward_summary(b, summaries);  // a plan without the kernel
+  return run(b, nullptr, summaries);
+}
+
+Status CudaExecutor::read_logits(int first, int count, float* out) {
+  if (summary_.kernel < 0) return Executor::read_logits(first, count, out);
+  if (first < 0 || count < 0 || first + count > summarized_rows_)
+    return invalid_argument("read_logits: rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                            ") outside the last step's " + std::to_string(summarized_rows_));
+  if (count == 0) return ok_status();
+  const uint64_t row_bytes = static_cast<uint64_t>(vocab_size_) * sizeof(float);
+  return driver_->copy_to_host(out, logits_ + row_bytes * static_cast<uint64_t>(first), row_bytes * count);
+}
+
+Status CudaExecutor::run(const BatchInput& b, float* logits, LogitsSummary* summaries) {
+  summarized_rows_ = 0;
+  RETURN_IF_ERROR(check_batch(b, logits ? logits : reinterpret_cast<float*>(summaries),
+                              {max_tokens_, max_seqs_, max_model_len_, block_size_, num_kv_blocks_, embedding_rows_},
+                              nullptr));
   const int T = static_cast<int>(b.tokens.size()), S = static_cast<int>(b.context_lens.size());
   const int L = static_cast<int>(b.logits_indices.size());
   // Block tables at a fixed stride (every context fits max_model_len, so table_stride_ blocks).
@@ -331,7 +356,10 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
     for (int i = 0; i < T && decode; ++i)
       decode = b.query_start[i + 1] == i + 1 && b.logits_indices[i] == i;
     const int B = decode ? graph_bucket(graph_sizes_, T) : -1;
-    if (B > 0) return replay_decode(b, B, logits);
+    if (B > 0) {
+      RETURN_IF_ERROR(replay_decode(b, B));
+      return fetch_logits(L, logits, summaries);
+    }
   }
   RETURN_IF_ERROR(driver_->copy_to_device(tokens_, b.tokens.data(), T * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(positions_, b.positions.data(), T * 4ull));
@@ -342,11 +370,27 @@ Status CudaExecutor::forward(const BatchInput& b, float* logits) {
   if (L > 0) RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, b.logits_indices.data(), L * 4ull));
 
   RETURN_IF_ERROR(launch_steps(T, S, L));
-  if (L > 0) RETURN_IF_ERROR(driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4));
+  return fetch_logits(L, logits, summaries);
+}
+
+Status CudaExecutor::fetch_logits(int L, float* logits, LogitsSummary* summaries) {
+  if (L == 0) return ok_status();
+  if (logits) return driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4);
+  // One block per row: the rows' summaries, then only those come back.
+  args_.assign({logits_, summaries_, 0});
+  std::memcpy(&args_[2], &L, sizeof(L));
+  params_.resize(3);
+  for (size_t i = 0; i < 3; ++i) params_[i] = &args_[i];
+  const int64_t grid = grid_size(summary_.rule, L, max_grid_);
+  RETURN_IF_ERROR(driver_->launch(summary_.fn, static_cast<unsigned>(grid), summary_.block, summary_.shared,
+                                  params_.data())
+                      .with_context("the logits summary kernel"));
+  RETURN_IF_ERROR(driver_->copy_to_host(summaries, summaries_, static_cast<uint64_t>(L) * sizeof(LogitsSummary)));
+  summarized_rows_ = L;
   return ok_status();
 }
 
-Status CudaExecutor::replay_decode(const BatchInput& b, int B, float* logits) {
+Status CudaExecutor::replay_decode(const BatchInput& b, int B) {
   const int T = static_cast<int>(b.tokens.size());
   // Padding rows: token 0, position 0, no KV write, block table row of block 0; their logits
   // are computed and dropped.
@@ -383,7 +427,7 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B, float* logits) {
     }
   }
   if (graphs_[k]) RETURN_IF_ERROR(driver_->launch_graph(graphs_[k]));
-  return driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(T) * vocab_size_ * 4);
+  return ok_status();
 }
 
 Status CudaExecutor::launch_steps(int T, int S, int L) {
@@ -452,8 +496,9 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
       default:
         return internal_error(st.where + ": no launch for this op");
     }
+    const Launch& l = st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
+    if (l.work) ptr(work_);  // the kernel's workspace (codegen/KernelSpec.h), before T
     num(rows);
-    const Step::Launch& l = st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
     const int64_t grid = grid_size(l.rule, rows, max_grid_);
     if (grid == 0) continue;
     params_.resize(args.size());

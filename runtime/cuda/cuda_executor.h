@@ -8,7 +8,10 @@
 // the device memory plan under memory_utilization (launch_plan.h). It then allocates once
 // (weights, activation arena, batch buffers, logits, KV cache), uploads the weights and loads the
 // modules. forward() uploads the batch (block tables repacked to a fixed stride), launches every
-// step with its grid rule and copies the requested logits back.
+// step with its grid rule and copies the requested logits back; forward_summary() instead runs
+// the plan's logits_summary kernel and copies back only each row's summary
+// (runtime/sampler/logits_summary.h), whole rows on demand (read_logits). Kernels that declare a
+// workspace (paged attention's split-context parts) share one device buffer, zero-filled once.
 //
 // Decode steps (one new token per sequence, logits for each) replay a CUDA graph instead: the
 // batch is padded to the next size of graph_batch_sizes() (launch_plan.h) with rows that write no
@@ -60,6 +63,13 @@ class CudaExecutor : public Executor {
 
   /// As CpuExecutor::forward: logits [L, vocab] for the batch's logits_indices.
   Status forward(const BatchInput& batch, float* logits) override;
+  /// The step with each logits row reduced on the device by the plan's logits_summary kernel
+  /// (only the summaries come back; read_logits copies whole rows on demand); plans without
+  /// that kernel: Executor's host summary of the whole rows.
+  Status forward_summary(const BatchInput& batch, LogitsSummary* summaries) override;
+  Status read_logits(int first, int count, float* out) override;
+  /// Whether logits rows are summarized on the device.
+  bool summarizes_on_device() const { return summary_.kernel >= 0; }
   /// Copies KV block src to dst in every layer.
   Status copy_kv_block(int32_t src, int32_t dst) override;
 
@@ -96,8 +106,12 @@ class CudaExecutor : public Executor {
   DevicePtr value_ptr(int id) const;
   /// Launches every step for T rows, S sequences and L logits rows (the buffers hold the batch).
   Status launch_steps(int T, int S, int L);
+  /// One step; its L logits rows come back whole (logits) or summarized (summaries).
+  Status run(const BatchInput& b, float* logits, LogitsSummary* summaries);
   /// The decode forward through the graph of padded size B (captured on first use).
-  Status replay_decode(const BatchInput& b, int B, float* logits);
+  Status replay_decode(const BatchInput& b, int B);
+  /// Copies the step's L logits rows to `logits`, or summarizes them into `summaries`.
+  Status fetch_logits(int L, float* logits, LogitsSummary* summaries);
 
   std::unique_ptr<Driver> owned_driver_;
   Driver* driver_ = nullptr;
@@ -105,6 +119,16 @@ class CudaExecutor : public Executor {
   DeviceMemoryPlan memory_;
   std::vector<std::string> warnings_;
   std::vector<Step> steps_;
+  struct Launch {
+    int kernel = -1;              // index into Plan.kernels
+    FunctionHandle fn = nullptr;  // its function, once the module is loaded
+    int block[3] = {1, 1, 1};
+    unsigned shared = 0;
+    bool work = false;            // takes the workspace (work_) before T
+    GridRule rule;
+  };
+  Launch summary_;  // the logits summary kernel (kernel -1: none in the plan)
+  int summarized_rows_ = 0;  // logits rows of the last forward_summary() on the device
   std::vector<uint64_t> value_offset_;  // per value: byte offset in the arena; UINT64_MAX = not there
   int token_input_ = -1, position_input_ = -1, output_ = -1;
   int vocab_size_ = 0, embedding_rows_ = 0;
@@ -116,7 +140,7 @@ class CudaExecutor : public Executor {
   std::vector<DevicePtr> allocations_;
   DevicePtr weights_ = 0, arena_ = 0, kv_ = 0, logits_ = 0;
   DevicePtr tokens_ = 0, positions_ = 0, slots_ = 0, query_start_ = 0, tables_ = 0, logit_rows_ = 0;
-  DevicePtr perms_ = 0;
+  DevicePtr perms_ = 0, summaries_ = 0, work_ = 0;
   bool kv_i8_ = false;  // int8 codes plus f32 scales per row
   uint64_t kv_layer_bytes_ = 0, kv_half_bytes_ = 0, kv_codes_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
   std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_

@@ -3,7 +3,17 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "runtime/sampler/logits_summary.h"
+
 namespace llmrt::cuda {
+
+uint64_t kernel_workspace_bytes(const fb::Plan& plan) {
+  uint64_t most = 0;
+  if (plan.kernels())
+    for (const fb::Kernel* k : *plan.kernels()) most = std::max<uint64_t>(most, k->workspace_bytes());
+  return most;
+}
+
 namespace {
 
 // A positive decimal below 2^31 at the front of `s`; advances it.
@@ -90,13 +100,14 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
     for (const fb::Tensor* t : *plan.tensors()) m.weights += t->size();
   const uint64_t T = static_cast<uint64_t>(max_tokens), S = static_cast<uint64_t>(max_seqs);
   m.activations = mem->arena_bytes_per_token() * T + mem->workspace_bytes_per_seq() * S +
-                  mem->workspace_bytes_fixed();
+                  mem->workspace_bytes_fixed() + kernel_workspace_bytes(plan);
   const uint64_t vocab = plan.model() ? static_cast<uint64_t>(plan.model()->vocab_size()) : 0;
   const uint64_t max_len = static_cast<uint64_t>(mem->max_model_len());
   const uint64_t blocks_per_seq = (max_len + kv->block_size() - 1) / kv->block_size();
   // tokens, positions (i32), kv slots (i64), query_start, context lens, block tables, logit rows
-  // (i32) and the logits (f32, one row per token at most).
-  m.batch = T * (4 + 4 + 8 + 4) + (S + 1) * 4 + S * 4 + S * blocks_per_seq * 4 + T * vocab * 4;
+  // (i32), the logits (f32, one row per token at most) and their summaries.
+  m.batch = T * (4 + 4 + 8 + 4) + (S + 1) * 4 + S * 4 + S * blocks_per_seq * 4 + T * vocab * 4 +
+            T * sizeof(LogitsSummary);
   // f32: head_dim floats per (kv head, slot); int8: head_dim codes and one f32 scale.
   const uint64_t row_bytes = kv->dtype() == fb::DType::I8 ? kv->head_dim() + sizeof(float)
                                                           : kv->head_dim() * sizeof(float);

@@ -33,6 +33,10 @@ std::vector<int> graph_batch_sizes(int max_seqs);
 /// The smallest captured size >= n (a batch of n pads to it), or -1 when n exceeds them all.
 int graph_bucket(const std::vector<int>& sizes, int n);
 
+/// The kernels' shared workspace: the largest Kernel.workspace_bytes of the plan (steps launch
+/// one at a time on one stream, so one buffer serves them all).
+uint64_t kernel_workspace_bytes(const fb::Plan& plan);
+
 struct DeviceMemoryPlan {
   uint64_t budget = 0;          // utilization * total device memory
   uint64_t weights = 0;         // every tensor of the plan

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/sampler/logits_summary.h"
 
 namespace llmrt {
 
@@ -39,6 +41,13 @@ class Executor {
   virtual ~Executor() = default;
   /// Runs one step; writes logits [L, vocab] (row i for logits_indices[i]).
   virtual Status forward(const BatchInput& batch, float* logits) = 0;
+  /// Runs one step and reduces each logits row to its summary (summaries[L], logits_summary.h);
+  /// the rows themselves stay with the backend until the next step, for read_logits. The
+  /// default runs forward() into a host buffer and summarizes there; a GPU backend summarizes
+  /// on the device and copies back only the summaries.
+  virtual Status forward_summary(const BatchInput& batch, LogitsSummary* summaries);
+  /// Copies logits rows [first, first + count) of the last forward_summary() to out [count, vocab].
+  virtual Status read_logits(int first, int count, float* out);
   /// Copies physical KV block src to dst in every layer (copy-on-write after a fork).
   virtual Status copy_kv_block(int32_t src, int32_t dst) = 0;
   /// Per-step profiling (nullptr detaches); backends without it ignore the call.
@@ -58,6 +67,10 @@ class Executor {
   virtual int num_threads() const = 0;
   /// The quantized kernels' numerical contract ("reference" | "fast"; "cuda" for the GPU kernels).
   virtual const char* cpu_kernels() const = 0;
+
+ private:
+  std::vector<float> host_logits_;  // the default forward_summary's rows
+  int host_rows_ = 0;
 };
 
 }  // namespace llmrt

@@ -94,7 +94,8 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
   std::vector<int32_t> tokens, positions, query_start, context_lens, block_tables, logits_indices;
   std::vector<int64_t> kv_slots, slots;
   std::vector<BlockCopy> copies;
-  std::vector<float> logits;
+  std::vector<LogitsSummary> summaries;
+  std::vector<float> row_buf(static_cast<size_t>(vocab)), whole_logits;
   struct RowUse { size_t seq; int32_t prompt_pos; bool sample; };
   std::vector<RowUse> logit_rows;
   std::vector<size_t> step_seqs;
@@ -145,7 +146,7 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       ASSIGN_OR_RETURN(std::span<const int32_t> table, blocks.block_table(static_cast<int64_t>(step_seqs[j])));
       std::copy(table.begin(), table.end(), block_tables.begin() + j * max_blocks);
     }
-    logits.resize(logits_indices.size() * size_t(vocab));
+    summaries.resize(logits_indices.size());
     BatchInput batch;
     batch.tokens = tokens;
     batch.positions = positions;
@@ -155,18 +156,46 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
     batch.block_tables = block_tables;
     batch.max_blocks_per_seq = max_blocks;
     batch.logits_indices = logits_indices;
-    RETURN_IF_ERROR(ex.forward(batch, logits.data()));
+    // A step that returns prompt logits takes its rows whole (summarizing those would be
+    // wasted work) and summarizes the rows it samples from here; the others come back as
+    // summaries, a row read only where the summary cannot decide.
+    bool whole = false;
+    for (const RowUse& use : logit_rows) whole = whole || (use.prompt_pos >= 0 && requests[use.seq].want_prompt_logits);
+    if (whole) {
+      whole_logits.resize(logit_rows.size() * size_t(vocab));
+      RETURN_IF_ERROR(ex.forward(batch, whole_logits.data()));
+      for (size_t li = 0; li < logit_rows.size(); ++li)
+        if (logit_rows[li].sample) summarize_logits(whole_logits.data() + li * size_t(vocab), vocab, &summaries[li]);
+    } else {
+      RETURN_IF_ERROR(ex.forward_summary(batch, summaries.data()));
+    }
 
     for (size_t li = 0; li < logit_rows.size(); ++li) {
       const RowUse& use = logit_rows[li];
       SeqState& s = seqs[use.seq];
       const GenerationRequest& r = requests[use.seq];
       GenerationOutput& o = out[use.seq];
-      std::span<const float> row(logits.data() + li * size_t(vocab), size_t(vocab));
-      if (s.prefill && use.prompt_pos >= 0 && r.want_prompt_logits)
+      // Whole rows only where asked for or where the summary cannot decide the draw.
+      const std::span<const float> row(row_buf);
+      bool row_read = false;
+      auto read_row = [&]() -> Status {
+        if (row_read) return ok_status();
+        if (whole)
+          std::copy_n(whole_logits.data() + li * size_t(vocab), vocab, row_buf.data());
+        else
+          RETURN_IF_ERROR(ex.read_logits(static_cast<int>(li), 1, row_buf.data()));
+        row_read = true;
+        return ok_status();
+      };
+      if (s.prefill && use.prompt_pos >= 0 && r.want_prompt_logits) {
+        RETURN_IF_ERROR(read_row());
         std::copy(row.begin(), row.end(), o.prompt_logits.begin() + size_t(use.prompt_pos) * vocab);
+      }
       if (!use.sample) continue;
-      if (s.prefill && r.want_last_logits) o.last_logits.assign(row.begin(), row.end());
+      if (s.prefill && r.want_last_logits) {
+        RETURN_IF_ERROR(read_row());
+        o.last_logits.assign(row.begin(), row.end());
+      }
       s.prefill = false;
       if (static_cast<int32_t>(o.tokens.size()) >= r.max_tokens) {
         s.done = true;
@@ -179,7 +208,12 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       ctx.step = o.tokens.size();
       ctx.prompt_tokens = r.prompt;
       ctx.output_tokens = o.tokens;
-      ASSIGN_OR_RETURN(SampleResult res, sampler.sample(ctx, row));
+      ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler.sample_from_summary(ctx, summaries[li]));
+      if (!quick) {
+        RETURN_IF_ERROR(read_row());
+        ASSIGN_OR_RETURN(quick, sampler.sample(ctx, row));
+      }
+      const SampleResult res = *quick;
       o.tokens.push_back(res.token);
       o.logprobs.push_back(res.logprob);
       if (on_token) on_token(use.seq, res.token);

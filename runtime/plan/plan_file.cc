@@ -110,6 +110,14 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
     if (!value_ok(prog->token_input()) || !value_ok(prog->position_input()) || !value_ok(prog->output()))
       return invalid_argument("program '" + pname + "': input/output value ids out of range");
     if (!prog->steps()) return invalid_argument("program '" + pname + "' has no steps");
+    if (const int k = prog->logits_summary_kernel(); k != -1) {
+      if (k < 0 || k >= num_kernels)
+        return invalid_argument("program '" + pname + "': logits summary kernel index out of range");
+      const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+      if (!kernel->family() || kernel->family()->str() != "logits_summary")
+        return invalid_argument("program '" + pname + "': its logits summary kernel is of family '" +
+                                (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+    }
     int index = 0;
     for (const fb::Step* step : *prog->steps()) {
       const std::string where = "program '" + pname + "' step " + std::to_string(index++);

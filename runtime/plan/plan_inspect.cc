@@ -154,7 +154,8 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
     }
     j["program"] = {{"name", "forward"}, {"steps", prog->steps()->size()},
                     {"steps_with_gpu_kernel", with_kernel},
-                    {"steps_with_tensor_core_kernel", with_batched}, {"ops", ops}};
+                    {"steps_with_tensor_core_kernel", with_batched},
+                    {"logits_summary_on_gpu", prog->logits_summary_kernel() >= 0}, {"ops", ops}};
   }
   if (const fb::KvSpec* kv = p.kv())
     j["kv_cache"] = {{"num_layers", kv->num_layers()}, {"num_kv_heads", kv->num_kv_heads()},

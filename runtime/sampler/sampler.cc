@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "runtime/base/mix.h"
 
@@ -103,13 +104,12 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
     RETURN_IF_ERROR(proc->apply(ctx, std::span<float>(work_)));
   }
 
-  // Raw logprob helper (log_softmax of the input logits).
+  // Raw logprob (log_softmax of the input logits).
   auto raw_logprob = [&](int32_t tok) {
     float mx = -INFINITY;
     for (float x : logits) mx = std::max(mx, x);
-    double sum = 0.0;
-    for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
-    return static_cast<float>(static_cast<double>(logits[tok]) - mx - std::log(sum));
+    return static_cast<float>(static_cast<double>(logits[tok]) - mx -
+                              logits_log_sum(logits.data(), vocab_size_, mx));
   };
 
   // 4. temperature / greedy
@@ -134,6 +134,12 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
     if (e > 0.0f) cand_.emplace_back(e, i);
     pmax = std::max(pmax, e);
   }
+  const int32_t token = draw(ctx, pmax);
+  return SampleResult{token, raw_logprob(token)};
+}
+
+int32_t Sampler::draw(const SamplingContext& ctx, float pmax) {
+  const SamplingParams& p = *ctx.params;
   // 5. min-p (relative to the max, so normalization does not matter)
   if (p.min_p > 0.0f) {
     const float thr = p.min_p * pmax;
@@ -167,15 +173,64 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
   for (const auto& c : cand_) total += c.first;
   const double u = sampling_uniform(p.seed, ctx.request_id, ctx.step) * total;
   double cum = 0.0;
-  int32_t token = cand_.back().second;
   for (const auto& c : cand_) {
     cum += c.first;
-    if (cum > u) {
-      token = c.second;
-      break;
-    }
+    if (cum > u) return c.second;
   }
-  return SampleResult{token, raw_logprob(token)};
+  return cand_.back().second;
+}
+
+StatusOr<std::optional<SampleResult>> Sampler::sample_from_summary(const SamplingContext& ctx,
+                                                                   const LogitsSummary& s,
+                                                                   std::span<LogitsProcessor* const> processors) {
+  const std::optional<SampleResult> kUndecided;
+  if (!ctx.params) return invalid_argument("sampling context has no params");
+  const SamplingParams& p = *ctx.params;
+  RETURN_IF_ERROR(validate_sampling_params(p, vocab_size_));
+  if (s.count < 0 || s.count > kLogitsSummaryTop || s.num_valid < s.count || s.num_valid > vocab_size_)
+    return invalid_argument("logits summary with " + std::to_string(s.count) + " of " +
+                            std::to_string(s.num_valid) + " entries");
+  for (int i = 0; i < s.count; ++i)
+    if (s.ids[i] < 0 || s.ids[i] >= vocab_size_) return invalid_argument("logits summary id out of range");
+  // Stages 1-3 edit logits the summary does not hold.
+  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
+      !p.logit_bias.empty())
+    return kUndecided;
+  for (LogitsProcessor* proc : processors)
+    if (proc) return kUndecided;
+  if (s.count == 0 || s.logits[0] == -INFINITY) return kUndecided;  // all masked: sample() says so
+  // 4. greedy: the first entry is the lowest id of the largest logit.
+  if (p.temperature == 0.0f) return std::optional<SampleResult>(SampleResult{s.ids[0], s.logprob_at(0)});
+  // The same probabilities as sample() (same expressions; the runtime builds without FP contraction).
+  const float mx = s.max;
+  const float inv_t = 1.0f / p.temperature;
+  const float mx_scaled = mx * inv_t;
+  cand_.clear();
+  float pmax = 0.0f;
+  for (int i = 0; i < s.count; ++i) {
+    if (s.logits[i] == -INFINITY) continue;
+    const float e = std::exp(s.logits[i] * inv_t - mx_scaled);
+    if (e > 0.0f) cand_.emplace_back(e, s.ids[i]);
+    pmax = std::max(pmax, e);
+  }
+  // Every token left out has a logit <= the last entry's, so a probability <= `floor`.
+  const float floor = s.complete() ? 0.0f : std::exp(s.logits[s.count - 1] * inv_t - mx_scaled);
+  bool confined = floor == 0.0f || (p.min_p > 0.0f && floor < p.min_p * pmax);
+  if (!confined) {
+    if (p.top_k == 0 || p.top_k > s.count) return kUndecided;
+    // top-k decides among summarized tokens only when its k-th probability beats `floor`.
+    thread_local std::vector<std::pair<float, int32_t>> kept;
+    kept.clear();
+    const float thr = p.min_p * pmax;
+    for (const auto& c : cand_)
+      if (!(p.min_p > 0.0f && c.first < thr)) kept.push_back(c);
+    if (kept.size() < static_cast<size_t>(p.top_k)) return kUndecided;
+    std::nth_element(kept.begin(), kept.begin() + (p.top_k - 1), kept.end(), before);
+    if (!(kept[static_cast<size_t>(p.top_k - 1)].first > floor)) return kUndecided;
+  }
+  std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const int32_t token = draw(ctx, pmax);
+  return std::optional<SampleResult>(SampleResult{token, s.logprob_at(s.find(token))});
 }
 
 }  // namespace llmrt

@@ -25,10 +25,12 @@
 
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/sampler/logits_summary.h"
 
 namespace llmrt {
 
@@ -82,7 +84,20 @@ class Sampler {
   StatusOr<SampleResult> sample(const SamplingContext& context, std::span<const float> logits,
                                 std::span<LogitsProcessor* const> processors = {});
 
+  /// The same draw from a summary of the row (logits_summary.h) where the summary decides it
+  /// exactly, i.e. the result equals sample() on the whole row bit for bit: no penalties, bias or
+  /// processors, and either greedy, or every token that can be drawn is in the summary (the
+  /// summary is complete, or min-p drops everything below its smallest entry), or top-k picks
+  /// k summarized tokens whose k-th probability exceeds every token left out. Otherwise (and for
+  /// rows where every token is masked) nullopt: read the row and call sample().
+  StatusOr<std::optional<SampleResult>> sample_from_summary(const SamplingContext& context,
+                                                            const LogitsSummary& summary,
+                                                            std::span<LogitsProcessor* const> processors = {});
+
  private:
+  /// Stages 5-8 over cand_ (unnormalized probabilities in id order) with pmax its largest.
+  int32_t draw(const SamplingContext& context, float pmax);
+
   int32_t vocab_size_;
   std::vector<float> work_;
   std::vector<int32_t> counts_;

@@ -141,7 +141,11 @@ struct Engine::Impl {
   std::vector<int64_t> kv_slots, slots;
   int32_t budget = 0, seq_slots = 0;
   std::vector<BlockCopy> copies;
-  std::vector<float> logits, logprob_row;
+  // The step's logits rows as summaries; a whole row is read from the executor only where a
+  // summary cannot answer (Sampler::sample_from_summary), into row_buf (row_at: which).
+  std::vector<LogitsSummary> summaries;
+  std::vector<float> row_buf;
+  int32_t row_at = -1;
   std::vector<int32_t> topk_ids;
 
   void loop();
@@ -157,9 +161,10 @@ struct Engine::Impl {
   void release_seq(Seq& s);
   void emit(Group* g, bool include_prompt);
   void retire(Group* g);
-  Status sample_for(Group* g, size_t si, const float* row);
-  void add_token(Group* g, size_t si, const SampleResult& r, const float* row);
-  void fill_logprob(const float* row, int32_t token, int k, TokenLogprob* out);
+  StatusOr<const float*> logits_row(int32_t li);
+  Status sample_for(Group* g, size_t si, int32_t li);
+  Status add_token(Group* g, size_t si, const SampleResult& r, int32_t li);
+  Status fill_logprob(int32_t li, int32_t token, int k, TokenLogprob* out);
   void publish_stats();
 };
 
@@ -729,8 +734,8 @@ void Engine::Impl::step() {
     auto table = blocks->block_table(items[j].group->seqs[items[j].seq].id);
     if (table.ok()) std::copy(table->begin(), table->end(), block_tables.begin() + j * max_blocks);
   }
-  const int vocab = cfg.vocab_size;
-  logits.resize(logits_indices.size() * static_cast<size_t>(vocab));
+  summaries.resize(logits_indices.size());
+  row_at = -1;
   BatchInput batch;
   batch.tokens = tokens;
   batch.positions = positions;
@@ -740,7 +745,7 @@ void Engine::Impl::step() {
   batch.block_tables = block_tables;
   batch.max_blocks_per_seq = max_blocks;
   batch.logits_indices = logits_indices;
-  if (Status st = executor->forward(batch, logits.data()); !st.ok()) {
+  if (Status st = executor->forward_summary(batch, summaries.data()); !st.ok()) {
     for (const Item& it : items)
       if (!it.group->done) fail_group(it.group, st.with_context("forward"));
     return;
@@ -754,7 +759,6 @@ void Engine::Impl::step() {
     Seq& s = g->seqs[it.seq];
     s.num_computed += it.count;
     (void)blocks->mark_computed(s.id, s.num_computed);
-    const float* base = logits.data() + static_cast<size_t>(it.first_logit) * vocab;
     if (it.prompt_rows) {
       const int32_t plen = static_cast<int32_t>(g->req.prompt.size());
       if (it.start == 0) {
@@ -768,13 +772,18 @@ void Engine::Impl::step() {
         const int32_t p = it.start + k;
         if (p + 1 >= plen) break;
         TokenLogprob tl;
-        fill_logprob(base + static_cast<size_t>(k) * vocab, g->req.prompt[p + 1], g->req.prompt_logprobs, &tl);
+        if (Status st = fill_logprob(it.first_logit + k, g->req.prompt[p + 1], g->req.prompt_logprobs, &tl);
+            !st.ok()) {
+          fail_group(g, st);
+          break;
+        }
         g->prompt_logprobs.push_back(std::move(tl));
       }
+      if (g->done) continue;
     }
     if (!it.logits_last) continue;
-    const float* row = base + static_cast<size_t>(it.prompt_rows ? it.count - 1 : 0) * vocab;
-    if (Status st = sample_for(g, it.seq, row); !st.ok()) fail_group(g, st);
+    const int32_t li = it.first_logit + (it.prompt_rows ? it.count - 1 : 0);
+    if (Status st = sample_for(g, it.seq, li); !st.ok()) fail_group(g, st);
   }
   const auto now = Clock::now();
   for (Group* g : touched) {
@@ -796,17 +805,36 @@ void Engine::Impl::step() {
   }
 }
 
-void Engine::Impl::fill_logprob(const float* row, int32_t token, int k, TokenLogprob* out) {
+StatusOr<const float*> Engine::Impl::logits_row(int32_t li) {
+  if (row_at != li) {
+    row_buf.resize(static_cast<size_t>(cfg.vocab_size));
+    row_at = -1;
+    RETURN_IF_ERROR(executor->read_logits(li, 1, row_buf.data()));
+    row_at = li;
+  }
+  return row_buf.data();
+}
+
+Status Engine::Impl::fill_logprob(int32_t li, int32_t token, int k, TokenLogprob* out) {
+  out->token = token;
+  out->top.clear();
+  // From the summary when it holds the token and the k largest entries: the same numbers as
+  // from the whole row (lse = max + log_sum in double either way).
+  const LogitsSummary& s = summaries[static_cast<size_t>(li)];
+  const int at = s.find(token);
+  if (at >= 0 && k <= s.count) {
+    const double lse = s.max + s.log_sum;
+    out->logprob = static_cast<float>(s.logits[at] - lse);
+    for (int i = 0; i < k; ++i) out->top.emplace_back(s.ids[i], static_cast<float>(s.logits[i] - lse));
+    return ok_status();
+  }
+  ASSIGN_OR_RETURN(const float* row, logits_row(li));
   const int vocab = cfg.vocab_size;
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < vocab; ++i) mx = std::max(mx, row[i]);
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - mx);
-  const double lse = mx + std::log(sum);
-  out->token = token;
+  const double lse = mx + logits_log_sum(row, vocab, mx);
   out->logprob = static_cast<float>(row[token] - lse);
-  out->top.clear();
-  if (k <= 0) return;
+  if (k <= 0) return ok_status();
   topk_ids.resize(vocab);
   for (int i = 0; i < vocab; ++i) topk_ids[i] = i;
   k = std::min(k, vocab);
@@ -815,14 +843,15 @@ void Engine::Impl::fill_logprob(const float* row, int32_t token, int k, TokenLog
   });
   for (int i = 0; i < k; ++i)
     out->top.emplace_back(topk_ids[i], static_cast<float>(row[topk_ids[i]] - lse));
+  return ok_status();
 }
 
-void Engine::Impl::add_token(Group* g, size_t si, const SampleResult& r, const float* row) {
+Status Engine::Impl::add_token(Group* g, size_t si, const SampleResult& r, int32_t li) {
   Seq& s = g->seqs[si];
   s.tokens.push_back(r.token);
   s.output.push_back(r.token);
   TokenLogprob tl;
-  if (g->req.logprobs >= 0) fill_logprob(row, r.token, g->req.logprobs, &tl);
+  if (g->req.logprobs >= 0) RETURN_IF_ERROR(fill_logprob(li, r.token, g->req.logprobs, &tl));
   tl.token = r.token;
   tl.logprob = r.logprob;
   s.pending_out.push_back(std::move(tl));
@@ -835,17 +864,22 @@ void Engine::Impl::add_token(Group* g, size_t si, const SampleResult& r, const f
   else if ((q.max_tokens >= 0 && static_cast<int32_t>(s.output.size()) >= q.max_tokens) ||
            static_cast<int64_t>(s.tokens.size()) >= cfg.max_model_len)
     finish_seq(s, "length");
+  return ok_status();
 }
 
-Status Engine::Impl::sample_for(Group* g, size_t si, const float* row) {
+Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
   const EngineRequest& q = g->req;
-  auto draw = [&](const Seq& s, int32_t index) {
+  auto draw = [&](const Seq& s, int32_t index) -> StatusOr<SampleResult> {
     SamplingContext ctx;
     ctx.params = &q.sampling;
     ctx.request_id = static_cast<uint64_t>(index);
     ctx.step = s.output.size();
     ctx.prompt_tokens = q.prompt;
     ctx.output_tokens = s.output;
+    ASSIGN_OR_RETURN(std::optional<SampleResult> quick,
+                     sampler->sample_from_summary(ctx, summaries[static_cast<size_t>(li)]));
+    if (quick) return *quick;
+    ASSIGN_OR_RETURN(const float* row, logits_row(li));
     return sampler->sample(ctx, std::span<const float>(row, static_cast<size_t>(cfg.vocab_size)));
   };
   if (!g->forked) {
@@ -875,12 +909,12 @@ Status Engine::Impl::sample_for(Group* g, size_t si, const float* row) {
       c.in_cache = true;
       g->seqs.push_back(std::move(c));
     }
-    for (int32_t j = 0; j < q.n; ++j) add_token(g, j == 0 ? si : g->seqs.size() - q.n + j, first[j], row);
+    for (int32_t j = 0; j < q.n; ++j)
+      RETURN_IF_ERROR(add_token(g, j == 0 ? si : g->seqs.size() - q.n + j, first[j], li));
     return ok_status();
   }
   ASSIGN_OR_RETURN(SampleResult r, draw(g->seqs[si], g->seqs[si].index));
-  add_token(g, si, r, row);
-  return ok_status();
+  return add_token(g, si, r, li);
 }
 
 void Engine::Impl::publish_stats() {

@@ -27,7 +27,7 @@ def table_rows(stdout):
     rows = {}
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and re.fullmatch(r"(pp|tg)\d+(-b\d+)?", cells[0]):
+        if len(cells) >= 4 and re.fullmatch(r"(pp|tg)\d+(-b\d+)?(@d\d+)?", cells[0]):
             mean, sd = cells[3].split("±")
             rows[cells[0]] = [int(cells[1]), int(cells[2]), float(mean), float(sd)] + cells[4:]
     return rows
@@ -211,6 +211,22 @@ def test_run_trace(llmrt, tiny_plan, program_ops, tmp_path):
     assert [f["args"]["rows"] for f in sorted(forwards, key=lambda f: f["ts"])] == [4, 1]
     clean_error(run([llmrt, "run", tiny_plan, "--prompt-ids", "1", "--max-tokens", 1, "--trace",
                      tmp_path / "missing" / "t.json"]), "trace")
+
+
+def test_depth_times_decoding_after_long_prompts(llmrt, tiny_plan, tmp_path):
+    out = tmp_path / "d.json"
+    proc = bench(llmrt, tiny_plan, "--pp", 0, "--tg", 5, "--batch", 2, "--depth", 20, "-r", 2, "--json-out", out)
+    assert proc.returncode == 0, proc.stderr
+    j = json.loads(out.read_text())
+    assert [(t["name"], t["depth"]) for t in j["tests"]] == [("tg5@d20", 20), ("tg5-b2@d20", 20)]
+    assert list(table_rows(proc.stdout)) == ["tg5@d20", "tg5-b2@d20"]
+    for t in j["tests"]:
+        # Only decoding is timed: the tokens after each sequence's first one.
+        for tps, sec in zip(t["samples"], t["seconds"]):
+            assert tps == pytest.approx((t["tokens"] - 1) * t["batch"] / sec, rel=1e-9)
+    # The first token is not timed, so one decode token is too few; the context must hold both.
+    clean_error(bench(llmrt, tiny_plan, "--pp", 0, "--tg", 1, "--depth", 8), "--tg must be at least 2")
+    clean_error(bench(llmrt, tiny_plan, "--pp", 0, "--tg", 4, "--depth", 1 << 20), "after a prompt of 1048576")
 
 
 def test_bench_profile_and_trace(llmrt, tiny_plan, program_ops, tmp_path):

@@ -260,3 +260,23 @@ def test_text_perplexity_on_smollm2(llmrt, llmc, tmp_path):
     assert lp.shape == (127, 49152)
     targets = ids[129:256]
     assert j["ppl"] == pytest.approx(np.exp(-lp[np.arange(127), targets].mean()), rel=2e-3)
+
+
+def test_step_tokens_chunks_prefill_without_changing_logits(llmrt, tiny_plan, tmp_path):
+    """`run --step-tokens N` prefills in chunks of N tokens; on the CPU the logits of every prompt
+    position and the greedy continuation do not depend on the chunking (batch invariance)."""
+    prompt = ",".join(str((7 * i + 3) % 50 + 1) for i in range(23))
+    outs, gens = [], []
+    for step in (512, 5, 1):
+        out = tmp_path / f"all_{step}.npy"
+        ok([llmrt, "run", tiny_plan, "--threads", 1, "--max-tokens", 0, "--all-logits-out", out,
+            "--prompt-ids", prompt, "--step-tokens", step])
+        outs.append(np.load(out))
+        gen = ok([llmrt, "run", tiny_plan, "--threads", 1, "--max-tokens", 6, "--temperature", 0, "--ignore-eos",
+                  "--json", "--prompt-ids", prompt, "--step-tokens", step])
+        gens.append(json.loads(gen.stdout)["outputs"][0]["output_ids"])
+    assert outs[0].shape[0] == 23
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+    assert gens[1] == gens[0] and gens[2] == gens[0] and len(gens[0]) == 6
+    clean_error(run([llmrt, "run", tiny_plan, "--prompt-ids", prompt, "--step-tokens", 0]), "--step-tokens")

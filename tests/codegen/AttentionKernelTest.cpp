@@ -26,7 +26,7 @@ using llmc::testing::randomVector;
 
 using KvStoreFn = void (*)(const float *, const float *, const long long *, float *, float *, int, unsigned);
 using AttentionFn = void (*)(const float *, const float *, const float *, const int *, const int *, const int *,
-                             int, int, float *, int, unsigned);
+                             int, int, float *, unsigned char *, int, unsigned);
 
 /// A batch over a paged cache whose K/V hold random values at every slot.
 struct Batch {
@@ -108,10 +108,25 @@ void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vecto
   ASSERT_TRUE(spec.ok()) << spec.status().to_string();
   HostKernel k(*spec,
                "const float *q, const float *kc, const float *vc, const int *positions, const int *qs, "
-               "const int *tables, int max_blocks, int S, float *out, int T",
-               "q, kc, vc, positions, qs, tables, max_blocks, S, out, T");
+               "const int *tables, int max_blocks, int S, float *out, unsigned char *work, int T",
+               "q, kc, vc, positions, qs, tables, max_blocks, S, out, work, T");
   ASSERT_TRUE(k.ok()) << k.error();
-  auto run = k.get<AttentionFn>();
+  auto run = [&, fn = k.get<AttentionFn>()](const float *q, const float *kc, const float *vc, const int *pos,
+                                            const int *qs, const int *tables, int mb, int S, float *out, int T,
+                                            unsigned grid) {
+    // The workspace zero-filled once, as the runtime allocates it; every launch must leave the
+    // counters at zero.
+    static std::vector<unsigned char> work;
+    if (work.size() != spec->workspaceBytes)
+      work.assign(spec->workspaceBytes, 0);
+    fn(q, kc, vc, pos, qs, tables, mb, S, out, work.data(), T, grid);
+    int sub = std::min(H / Hkv, 8); // query heads per item: the largest divisor of the group up to 8
+    while ((H / Hkv) % sub)
+      --sub;
+    const size_t counters = size_t(32) * (H / sub) * 4; // kSplitRows x items
+    for (size_t i = 0; i < std::min(counters, work.size()); ++i)
+      ASSERT_EQ(work[i], 0) << "counter byte " << i << " left set";
+  };
   Batch b = makeBatch(H, Hkv, hd, bs, contexts, rows);
   std::vector<double> want = attentionRef(b, p.scale, window);
   std::vector<float> out(want.size(), 0.0f);
@@ -143,6 +158,16 @@ TEST(AttentionKernel, CausalGqaOverPagedBlocks) {
   // Groups above 8 query heads per kv head split into items of a divisor: 12 -> 2 x 6, 9 -> 3 x 3.
   checkAttention(12, 1, 16, 4, 0, {20, 5}, {2, 5});
   checkAttention(18, 2, 8, 4, 0, {9}, {3});
+}
+
+TEST(AttentionKernel, LongContextsOfSmallStepsSplitOverBlocks) {
+  // Decode rows over 1000 and 300 positions: 4 and 2 chunks of 256 positions, combined by the
+  // item's last block (flash-decoding); a short one stays whole.
+  checkAttention(4, 2, 24, 16, 0, {1000, 300, 9}, {1, 2, 1});
+  // GQA groups of 8 with a window wider than a chunk: 700 positions in 3 chunks.
+  checkAttention(8, 1, 16, 8, 700, {1200}, {1});
+  // A step of more than 32 rows does not split (and still matches).
+  checkAttention(2, 1, 16, 16, 0, {600}, {40});
 }
 
 TEST(AttentionKernel, SlidingWindow) {

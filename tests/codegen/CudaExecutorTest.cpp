@@ -9,6 +9,7 @@
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/engine/cpu_executor.h"
 #include "runtime/plan/plan_file.h"
+#include "runtime/sampler/logits_summary.h"
 
 #include "codegen/KernelSource.h"
 
@@ -328,62 +329,84 @@ void expectLogitsClose(const std::vector<float> &gpu, const std::vector<float> &
   EXPECT_LE(worst, tol * std::max(1.0, scale)) << "max |gpu - cpu| " << worst << ", max |logit| " << scale;
 }
 
+/// A CUDA executor over `driver` and a CPU executor on the same plan with the same capacity
+/// and KV blocks. The CPU runs the reference contract: the CUDA kernels multiply f32 activations
+/// with exactly dequantized weights (a plan may ask for "fast", which quantizes activations).
+struct Executors {
+  std::unique_ptr<cuda::CudaExecutor> gpu;
+  std::unique_ptr<llmrt::CpuExecutor> cpu;
+  int V = 0, bs = 0;
+  /// Runs `st` on both and compares the logits at tolerance `tol`.
+  void compare(const Step &st, double tol) const {
+    std::vector<float> lg(st.idx.size() * V, NAN), lc(lg.size(), NAN);
+    auto s1 = gpu->forward(st.input(), lg.data());
+    ASSERT_TRUE(s1.ok()) << s1.to_string();
+    auto s2 = cpu->forward(st.input(), lc.data());
+    ASSERT_TRUE(s2.ok()) << s2.to_string();
+    expectLogitsClose(lg, lc, tol);
+  }
+};
+
+llmrt::StatusOr<Executors> makeExecutors(const llmrt::Plan &plan, EmulatedDriver &driver, int tokens, int seqs,
+                                         int blocks, bool graphs = true) {
+  cuda::CudaExecutorOptions go;
+  go.max_tokens_per_step = tokens;
+  go.max_seqs_per_step = seqs;
+  go.num_kv_blocks = blocks;
+  go.cuda_graphs = graphs;
+  Executors e;
+  ASSIGN_OR_RETURN(e.gpu, cuda::CudaExecutor::create(plan, &driver, go));
+  llmrt::CpuExecutorOptions co;
+  co.threads = 2;
+  co.max_tokens_per_step = tokens;
+  co.max_seqs_per_step = seqs;
+  co.num_kv_blocks = blocks;
+  co.cpu_kernels = "reference";
+  ASSIGN_OR_RETURN(e.cpu, llmrt::CpuExecutor::create(plan, co));
+  if (e.gpu->vocab_size() != e.cpu->vocab_size())
+    return llmrt::internal_error("the executors disagree on the vocabulary");
+  e.V = e.cpu->vocab_size();
+  e.bs = e.cpu->block_size();
+  return e;
+}
+
 /// Prefill of two sequences (one spanning blocks), then a decode step of both, on both
 /// executors; logits compared at every row.
 void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores = false) {
   auto plan = llmrt::Plan::open(planPath);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
-  cuda::CudaExecutorOptions go;
-  go.max_tokens_per_step = 32;
-  go.max_seqs_per_step = 4;
-  go.num_kv_blocks = 16;
-  auto gpu = cuda::CudaExecutor::create(**plan, &driver, go);
-  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  llmrt::CpuExecutorOptions co;
-  co.threads = 2;
-  co.max_tokens_per_step = 32;
-  co.max_seqs_per_step = 4;
-  co.num_kv_blocks = 16;
-  // The CUDA kernels multiply f32 activations with exactly dequantized weights: the CPU's
-  // reference contract (the plan may ask for "fast", which quantizes activations to int8).
-  co.cpu_kernels = "reference";
-  auto cpu = llmrt::CpuExecutor::create(**plan, co);
-  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-  ASSERT_EQ((*gpu)->vocab_size(), (*cpu)->vocab_size());
-  const int V = (*cpu)->vocab_size(), bs = (*cpu)->block_size();
+  auto ex = makeExecutors(**plan, driver, 32, 4, 16);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  auto &cpu = ex->cpu;
+  const int V = ex->V, bs = ex->bs;
   const int mb = 16 / 4;
-  EXPECT_GE((*gpu)->memory().kv_block_bytes, 1u);
+  EXPECT_GE(gpu->memory().kv_block_bytes, 1u);
   for (const Step &st : {makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1),    // prefill
-                         makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)}) {      // decode
-    std::vector<float> lg(st.idx.size() * V, NAN), lc(lg.size(), NAN);
-    auto s1 = (*gpu)->forward(st.input(), lg.data());
-    ASSERT_TRUE(s1.ok()) << s1.to_string();
-    auto s2 = (*cpu)->forward(st.input(), lc.data());
-    ASSERT_TRUE(s2.ok()) << s2.to_string();
-    expectLogitsClose(lg, lc, tol);
-  }
-  EXPECT_EQ(driver.launches(), 2 * (*gpu)->launches_per_step());
+                         makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)})      // decode
+    ex->compare(st, tol);
+  EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step());
   // The prefill (24 rows) runs the tensor-core kernels when the plan has them; decode never.
   EXPECT_EQ(driver.tensorCoreLaunches() > 0, tensorCores) << driver.tensorCoreLaunches();
   // Copy-on-write of a KV block (sequence 0's first, positions 0..bs-1, into the unused block
   // 15), then decode sequence 0 reading the copy: the device's copy must hold what the CPU's does
   // (the emulated device fills fresh memory with 0xCD bytes, so a missing copy shows).
-  ASSERT_TRUE((*gpu)->copy_kv_block(mb - 1, 15).ok());
-  ASSERT_TRUE((*cpu)->copy_kv_block(mb - 1, 15).ok());
-  EXPECT_FALSE((*gpu)->copy_kv_block(0, 16).ok());
+  ASSERT_TRUE(gpu->copy_kv_block(mb - 1, 15).ok());
+  ASSERT_TRUE(cpu->copy_kv_block(mb - 1, 15).ok());
+  EXPECT_FALSE(gpu->copy_kv_block(0, 16).ok());
   Step fork = makeStep({bs + 5}, {1}, bs, mb, V, 4);
   ASSERT_EQ(fork.tables[0], mb - 1);
   fork.tables[0] = 15;  // the decode row (position bs + 4) lies in table entry 1: its slot stays
   std::vector<float> lg(fork.idx.size() * V, NAN), lc(lg.size(), NAN);
-  ASSERT_TRUE((*gpu)->forward(fork.input(), lg.data()).ok());
-  ASSERT_TRUE((*cpu)->forward(fork.input(), lc.data()).ok());
+  ASSERT_TRUE(gpu->forward(fork.input(), lg.data()).ok());
+  ASSERT_TRUE(cpu->forward(fork.input(), lc.data()).ok());
   expectLogitsClose(lg, lc, tol);
   // A bad batch is refused before anything runs.
   Step bad = makeStep({3}, {3}, bs, mb, V, 3);
   bad.tokens[0] = V + 5;
   std::vector<float> lb(bad.idx.size() * V);
-  EXPECT_FALSE((*gpu)->forward(bad.input(), lb.data()).ok());
+  EXPECT_FALSE(gpu->forward(bad.input(), lb.data()).ok());
 }
 
 TEST(CudaExecutor, F32PlanMatchesTheCpuExecutor) {
@@ -422,27 +445,11 @@ TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {
   for (int mode = 0; mode < 3; ++mode) {
     SCOPED_TRACE(mode == 0 ? "graphs" : mode == 1 ? "cuda_graphs = false" : "driver without graphs");
     EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30, /*graphs=*/mode != 2);
-    cuda::CudaExecutorOptions go;
-    go.max_tokens_per_step = 32;
-    go.max_seqs_per_step = 4;
-    go.num_kv_blocks = 16;
-    go.cuda_graphs = mode != 1;
-    auto gpu = cuda::CudaExecutor::create(**plan, &driver, go);
-    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-    llmrt::CpuExecutorOptions co;
-    co.threads = 1;
-    co.max_tokens_per_step = 32;
-    co.max_seqs_per_step = 4;
-    co.num_kv_blocks = 16;
-    auto cpu = llmrt::CpuExecutor::create(**plan, co);
-    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-    const int V = (*cpu)->vocab_size(), bs = (*cpu)->block_size(), mb = 4;
-    auto both = [&](const Step &st) {
-      std::vector<float> lg(st.idx.size() * V, NAN), lc(lg.size(), NAN);
-      ASSERT_TRUE((*gpu)->forward(st.input(), lg.data()).ok());
-      ASSERT_TRUE((*cpu)->forward(st.input(), lc.data()).ok());
-      expectLogitsClose(lg, lc, 1e-4);
-    };
+    auto ex = makeExecutors(**plan, driver, 32, 4, 16, /*graphs=*/mode != 1);
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    auto &gpu = ex->gpu;
+    const int V = ex->V, bs = ex->bs, mb = 4;
+    auto both = [&](const Step &st) { ex->compare(st, 1e-4); };
     both(makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1)); // prefill: launched step by step
     const int eager = driver.launches();
     // Decode: 3 sequences (padded to 4), the same size again at new positions (a replay of the
@@ -451,19 +458,92 @@ TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {
     both(makeStep({bs + 4, 7, 11}, {1, 1, 1}, bs, mb, V, 3));
     both(makeStep({bs + 5, 8}, {1, 1}, bs, mb, V, 4));
     both(makeStep({bs + 6}, {1}, bs, mb, V, 5));
-    EXPECT_EQ(driver.launches() - eager, 4 * (*gpu)->launches_per_step()); // every step ran once
+    EXPECT_EQ(driver.launches() - eager, 4 * gpu->launches_per_step()); // every step ran once
     if (mode == 0) {
-      EXPECT_TRUE((*gpu)->graphs_enabled());
+      EXPECT_TRUE(gpu->graphs_enabled());
       EXPECT_EQ(driver.graphsCaptured(), 3);
-      EXPECT_EQ((*gpu)->graphs_captured(), 3);
+      EXPECT_EQ(gpu->graphs_captured(), 3);
       EXPECT_EQ(driver.graphLaunches(), 4);
     } else {
-      EXPECT_FALSE((*gpu)->graphs_enabled());
+      EXPECT_FALSE(gpu->graphs_enabled());
       EXPECT_EQ(driver.graphsCaptured(), 0);
       EXPECT_EQ(driver.graphLaunches(), 0);
-      EXPECT_EQ((*gpu)->warnings().empty(), mode == 1);
+      EXPECT_EQ(gpu->warnings().empty(), mode == 1);
     }
   }
+}
+
+TEST(CudaExecutor, SummarizesLogitsOnTheDeviceAndReadsRowsOnDemand) {
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90 --no-tensor-cores"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_GE((*plan)->program("forward")->logits_summary_kernel(), 0);
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  auto ex = makeExecutors(**plan, driver, 32, 4, 16);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  auto &cpu = ex->cpu;
+  EXPECT_TRUE(gpu->summarizes_on_device());
+  const int V = ex->V, bs = ex->bs, mb = 4;
+  auto check = [&](const Step &st, int wantLaunches) {
+    const int L = static_cast<int>(st.idx.size());
+    std::vector<llmrt::LogitsSummary> sums(L);
+    const int before = driver.launches();
+    ASSERT_TRUE(gpu->forward_summary(st.input(), sums.data()).ok());
+    EXPECT_EQ(driver.launches() - before, wantLaunches);
+    std::vector<float> rows(size_t(L) * V, NAN), lc(rows.size(), NAN);
+    ASSERT_TRUE(gpu->read_logits(0, L, rows.data()).ok());
+    ASSERT_TRUE(cpu->forward(st.input(), lc.data()).ok());
+    expectLogitsClose(rows, lc, 1e-4);
+    for (int i = 0; i < L; ++i) { // the device's summary of its own rows
+      llmrt::LogitsSummary want;
+      llmrt::summarize_logits(rows.data() + size_t(i) * V, V, &want);
+      EXPECT_EQ(sums[i].max, want.max) << i;
+      EXPECT_EQ(sums[i].count, want.count) << i;
+      EXPECT_EQ(sums[i].num_valid, V) << i;
+      EXPECT_EQ(std::memcmp(sums[i].ids, want.ids, sizeof(want.ids)), 0) << i;
+      EXPECT_EQ(std::memcmp(sums[i].logits, want.logits, sizeof(want.logits)), 0) << i;
+      EXPECT_NEAR(sums[i].log_sum, want.log_sum, 1e-12 * std::max(1.0, std::fabs(want.log_sum))) << i;
+    }
+    std::vector<float> one(V);
+    EXPECT_TRUE(gpu->read_logits(L - 1, 1, one.data()).ok());
+    EXPECT_FALSE(gpu->read_logits(L, 1, one.data()).ok()); // past the step's rows
+  };
+  // A prefill step launched kernel by kernel, then a decode step replayed as a graph (the
+  // summary kernel runs after the graph): every step once, plus one summary launch.
+  check(makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1), gpu->launches_per_step() + 1);
+  check(makeStep({bs + 3, 6, 10}, {1, 1, 1}, bs, mb, V, 2), gpu->launches_per_step() + 1);
+  EXPECT_EQ(driver.graphLaunches(), 1);
+}
+
+TEST(CudaExecutor, LongContextsSplitAttentionAndMatchTheCpuExecutor) {
+  // One layer, one 32-wide head (emulating attention costs a fiber switch per thread and barrier,
+  // so the model is as small as a split needs), generated weights: a prefill step of 270 rows
+  // (more than 32: attention unsplit), then decode steps at 271 and 272 positions, whose attention
+  // splits into 2 chunks combined by the item's last block (flash-decoding), replayed as graphs.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("model"));
+  const std::string config = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
+    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 64, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu",
+    "bos_token_id": 1, "eos_token_id": 2})";
+  llmc::testing::writeFile(dir.file("model/config.json"), config.data(), config.size());
+  auto plan = llmrt::Plan::open(compilePlan(dir, dir.file("model"), "--synthetic-weights 5 --target sm_90 --no-tensor-cores"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  auto ex = makeExecutors(**plan, driver, 512, 2, 512 / 16 + 1);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  ASSERT_EQ(ex->bs, 16);
+  const int V = ex->V, bs = 16, mb = 512 / bs;
+  auto both = [&](const Step &st) { ex->compare(st, 1e-4); };
+  Step prefill = makeStep({270}, {270}, bs, mb, V, 1);
+  prefill.idx = {269};
+  both(prefill);
+  both(makeStep({271}, {1}, bs, mb, V, 2));
+  both(makeStep({272}, {1}, bs, mb, V, 3));
+  EXPECT_EQ(driver.graphLaunches(), 2);
 }
 
 TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {

@@ -150,6 +150,35 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int laneMask) 
   return out;
 }
 
+/// __ballot_sync over the whole warp (every lane calls it): bit l set when lane l's predicate is.
+static inline unsigned __ballot_sync(unsigned, bool pred) {
+  const unsigned me = threadIdx.x, base = me - (me & 31);
+  llmc_emu::shuffleSlots[me] = pred ? 1 : 0;
+  __syncwarp();
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32 && base + l < blockDim.x; ++l)
+    bits |= unsigned(llmc_emu::shuffleSlots[base + l] != 0) << l;
+  __syncwarp();
+  return bits;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+/// Fibers switch only at barriers, so a read-modify-write is atomic here.
+template <class T> static inline T atomicAdd(T *p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+
+static inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+/// Blocks run one after another, so memory is always coherent: a fence orders nothing more.
+static inline void __threadfence() {}
+/// Load through L2 only (no L1): a plain load here.
+template <class T> static inline T __ldcg(const T *p) { return *p; }
+
 static inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, 4);

@@ -61,6 +61,8 @@ std::vector<KernelSpec> allFamilies() {
   for (const char *weight : {"int4-g128-f16-zp", "int4-g32-f16-min", "int8-g32-f16-sym", "bf16"})
     add(llmc::emitLinearKernel({4096, 4096, weight, false, false, true}));
   add(llmc::emitLinearKernel({128256, 4096, "bf16", false, true, true}));
+  add(llmc::emitLogitsSummaryKernel(49152));
+  add(llmc::emitLogitsSummaryKernel(128256));
   add(llmc::emitKvStoreKernel({8, 128, 16, "f32"}));
   llmc::AttentionParams attn;
   attn.cache = {8, 128, 16, "f32"};

@@ -152,6 +152,47 @@ TEST(PlanFile, KernelReferenceOutOfRangeIsRefused) {
   }
 }
 
+TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
+  // A program naming kernel `summary` as its logits summary kernel; the plan's one kernel is of
+  // family `family`.
+  struct Case {
+    int summary;
+    const char* family;
+    const char* error;  // nullptr: accepted
+  };
+  for (const Case& c : {Case{0, "logits_summary", nullptr}, Case{1, "logits_summary", "index out of range"},
+                        Case{0, "rms_norm", "of family 'rms_norm'"}}) {
+    SCOPED_TRACE(c.summary);
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Value>> values = {
+        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
+    std::vector<int> io = {0};
+    std::vector<flatbuffers::Offset<fb::Step>> steps = {
+        fb::CreateStepDirect(fbb, fb::OpKind::Add, &io, &io, nullptr, nullptr, -1, "add")};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {
+        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0, c.summary)};
+    auto progs = fbb.CreateVector(programs);
+    std::vector<int> block = {256, 1, 1};
+    std::vector<flatbuffers::Offset<fb::Kernel>> kernels = {
+        fb::CreateKernelDirect(fbb, "k", c.family, "", &block, "rows", 0, nullptr)};
+    auto kernelsOff = fbb.CreateVector(kernels);
+    fb::PlanBuilder pb(fbb);
+    pb.add_schema_major(kSchemaMajor);
+    pb.add_cpu_kernel_abi(kCpuKernelAbi);
+    pb.add_programs(progs);
+    pb.add_kernels(kernelsOff);
+    fb::FinishPlanBuffer(fbb, pb.Finish());
+    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    if (!c.error) {
+      EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
+    }
+  }
+}
+
 TEST(PlanFile, TruncationsAndFlipsNeverCrash) {
   auto spec = make_tiny_plan(TinyPlanConfig{});
   std::string path = temp_path("fuzz");

@@ -229,5 +229,126 @@ TEST(Sampler, BadParamsAreErrors) {
   EXPECT_FALSE(s.sample(no_params, logits).ok());
 }
 
+
+// ---- sampling from a logits summary (logits_summary.h) ----
+
+// Rows with distinct values, heavy ties, masked (-inf) runs, a NaN, and vocabularies both
+// below and above the summary's 64 entries.
+std::vector<float> summaryRow(int vocab, int kind, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(vocab));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+  for (float& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = float((s >> 40) & 0xFFFFFF) / float(1 << 24);
+    switch (kind) {
+      case 0: x = 8.0f * u - 4.0f; break;                           // distinct
+      case 1: x = std::floor(6.0f * u) * 0.5f; break;               // six values: ties everywhere
+      case 2: x = u < 0.5f ? -INFINITY : 20.0f * u; break;          // half masked
+      default: x = u < 0.01f ? NAN : 3.0f * u * u * u; break;        // a few NaN, a long flat tail
+    }
+  }
+  return v;
+}
+
+TEST(SamplerSummary, DecidesExactlyAsTheWholeRowOrDeclines) {
+  std::vector<SamplingParams> params;
+  auto add = [&](float t, int k, float top_p, float min_p) {
+    SamplingParams p;
+    p.temperature = t;
+    p.top_k = k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.seed = 1234;
+    params.push_back(p);
+  };
+  for (float t : {0.0f, 0.3f, 1.0f, 2.5f})
+    for (int k : {0, 1, 5, 40, 64, 65, 200})
+      for (float top_p : {1.0f, 0.9f, 0.3f})
+        for (float min_p : {0.0f, 0.05f, 0.5f}) add(t, k, top_p, min_p);
+  int decided = 0, declined = 0, greedy_decided = 0, topk_decided = 0;
+  for (int vocab : {7, 64, 65, 300, 2000})
+    for (int kind = 0; kind < 4; ++kind) {
+      const std::vector<float> row = summaryRow(vocab, kind, static_cast<uint32_t>(vocab * 10 + kind));
+      LogitsSummary sum;
+      summarize_logits(row.data(), vocab, &sum);
+      Sampler whole(vocab), quick(vocab);
+      for (const SamplingParams& p : params)
+        for (uint64_t step = 0; step < 4; ++step) {
+          const SamplingContext c = ctx(p, 3, step);
+          auto want = whole.sample(c, row);
+          auto got = quick.sample_from_summary(c, sum);
+          ASSERT_TRUE(got.ok()) << got.status().message();
+          if (!got->has_value()) {
+            ++declined;
+            continue;
+          }
+          ++decided;
+          greedy_decided += p.temperature == 0.0f;
+          topk_decided += p.temperature > 0.0f && p.top_k > 0 && p.min_p == 0.0f && vocab > 64;
+          ASSERT_TRUE(want.ok()) << "the summary decided a row the whole row refuses";
+          EXPECT_EQ((*got)->token, want->token)
+              << "vocab " << vocab << " kind " << kind << " t " << p.temperature << " k " << p.top_k << " p "
+              << p.top_p << " min_p " << p.min_p << " step " << step;
+          if (std::isnan(want->logprob))
+            EXPECT_TRUE(std::isnan((*got)->logprob));
+          else
+            EXPECT_EQ((*got)->logprob, want->logprob);  // bit for bit: the same log_sum
+        }
+    }
+  // The summary must carry most of the load, and still decline where it cannot know.
+  EXPECT_GT(greedy_decided, 0);
+  EXPECT_GT(topk_decided, 0);
+  EXPECT_GT(declined, 0);
+  EXPECT_GT(decided, declined);
+}
+
+TEST(SamplerSummary, DeclinesWhereTokensOutsideTheSummaryCouldBeDrawn) {
+  // 100 tokens: 0..59 distinct and large, 60..99 all equal: the 64th and 65th are tied.
+  const int vocab = 100;
+  std::vector<float> row(vocab);
+  for (int i = 0; i < vocab; ++i) row[i] = i < 60 ? 10.0f - 0.1f * i : 1.0f;
+  LogitsSummary sum;
+  summarize_logits(row.data(), vocab, &sum);
+  ASSERT_EQ(sum.count, 64);
+  EXPECT_FALSE(sum.complete());
+  EXPECT_EQ(sum.ids[60], 60);  // ties by id ascending
+  EXPECT_EQ(sum.ids[63], 63);
+  Sampler s(vocab);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 64;  // the 64th probability equals the 65th's: undecided
+  EXPECT_FALSE(s.sample_from_summary(ctx(p), sum)->has_value());
+  p.top_k = 60;  // the 60th beats everything left out
+  EXPECT_TRUE(s.sample_from_summary(ctx(p), sum)->has_value());
+  p.top_k = 0;  // the whole distribution: undecided
+  EXPECT_FALSE(s.sample_from_summary(ctx(p), sum)->has_value());
+  p.min_p = 0.5f;  // min-p drops everything left out (e^-9 < 0.5): decided
+  EXPECT_TRUE(s.sample_from_summary(ctx(p), sum)->has_value());
+  p.min_p = 0.0f;
+  p.top_k = 5;
+  p.repetition_penalty = 1.2f;  // penalties edit logits the summary does not hold
+  EXPECT_FALSE(s.sample_from_summary(ctx(p), sum)->has_value());
+  p.repetition_penalty = 1.0f;
+  p.logit_bias = {{99, 50.0f}};
+  EXPECT_FALSE(s.sample_from_summary(ctx(p), sum)->has_value());
+  // A corrupt summary is an error, not a read out of bounds.
+  p.logit_bias.clear();
+  sum.ids[3] = vocab;
+  EXPECT_FALSE(s.sample_from_summary(ctx(p), sum).ok());
+}
+
+TEST(SamplerSummary, HostSummaryOrdersByLogitThenId) {
+  const std::vector<float> row = {1.0f, NAN, 3.0f, -INFINITY, 3.0f, 2.0f};
+  LogitsSummary sum;
+  summarize_logits(row.data(), 6, &sum);
+  EXPECT_EQ(sum.num_valid, 5);
+  ASSERT_EQ(sum.count, 5);
+  EXPECT_TRUE(sum.complete());
+  EXPECT_EQ(sum.max, 3.0f);
+  const std::vector<int32_t> ids(sum.ids, sum.ids + 5);
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 4, 5, 0, 3}));
+  EXPECT_TRUE(std::isnan(sum.log_sum));  // as the whole row's logprobs are
+  EXPECT_EQ(sum.ids[5], -1);
+}
 }  // namespace
 }  // namespace llmrt

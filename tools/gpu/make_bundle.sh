@@ -63,6 +63,10 @@ compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target 
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_notc.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \
   --no-tensor-cores
+# A small model with a 2048-token context: long prompts prefilled in steps of 16 rows take the
+# split (flash-decoding) attention path, checked against the CPU.
+cp "$ROOT/tests/gpu/long_context_config.json" "$CFG/config.json"
+compile --synthetic-weights 2 "$CFG" -o "$OUT/plans/long_context_f32.fb" --target "$TARGET" --no-tensor-cores
 rm -rf "$CFG"
 cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
    "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"

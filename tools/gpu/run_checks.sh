@@ -57,6 +57,25 @@ for plan in "$B"/plans/tiny_*.fb "$B"/plans/gptq*.fb "$B"/plans/awq*.fb; do
   fi
 done
 
+# Long contexts in small steps: 1500 prompt tokens prefilled 16 rows at a time, so attention
+# splits each row's positions over blocks (up to 6 chunks) and combines them.
+name=long_context_f32
+LONG=$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 3) for i in range(1500)))")
+ok=1
+for dev in cpu cuda; do
+  timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens 16 \
+    --max-tokens 0 --all-logits-out "$OUT/$name.$dev.npy" > "$OUT/$name.$dev.log" 2>&1 || ok=0
+  timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens 16 \
+    --max-tokens 16 --temperature 0 --ignore-eos --json > "$OUT/$name.$dev.gen.json" 2>> "$OUT/$name.$dev.log" || ok=0
+done
+if [ $ok = 1 ]; then
+  python3 "$B/compare_logits.py" "$OUT/$name.cpu.npy" "$OUT/$name.cuda.npy" \
+    "$OUT/$name.cpu.gen.json" "$OUT/$name.cuda.gen.json" --name "$name (1500 tokens, steps of 16)" --tol 1e-3 \
+    | tee -a "$MD" || status=1
+else
+  say "$name: FAILED to run (see $name.*.log)"; tail -3 "$OUT/$name.cuda.log" | tee -a "$MD"; status=1
+fi
+
 say "## Decode speed, Llama-3-8B shapes (synthetic weights)"
 BW=$(python3 - <<'PY' 2>/dev/null
 import torch
@@ -102,6 +121,10 @@ say "prefill without tensor-core kernels (int4-g128, --no-tensor-cores):"
 timeout 200 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128_notc.fb" --device cuda --pp 512 --tg 0 --batch 0 -r 2 \
   > "$OUT/llama3_8b_int4_g128_notc.txt" 2>&1 || say "no-tensor-core bench FAILED"
 say '```'; cat "$OUT/llama3_8b_int4_g128_notc.txt" | tee -a "$MD" > /dev/null; say '```'
+say "decode at batch 1 after a 3968-token prompt (int4-g128; attention split over blocks, flash-decoding):"
+timeout 300 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128.fb" --device cuda --pp 0 --tg 64 --batch 0 --depth 3968 -r 2 \
+  > "$OUT/llama3_8b_int4_g128_depth.txt" 2>&1 || say "depth bench FAILED"
+say '```'; cat "$OUT/llama3_8b_int4_g128_depth.txt" | tee -a "$MD" > /dev/null; say '```'
 if python3 -c "import torch, transformers" 2>/dev/null; then
   timeout 500 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 \
     --json "$OUT/hf_decode.json" 2>&1 | tee -a "$MD" || say "transformers bench FAILED"
