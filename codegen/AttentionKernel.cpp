@@ -125,8 +125,8 @@ constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attentio
 //          const int *positions, const int *query_start, const int *block_tables,
 //          int max_blocks, int S, float *out, unsigned char *work, int T)
 // work: ${WORK} bytes, zero when first launched (the kernel leaves it so).
-// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS} (grid-stride over (row, head group,
-// chunk)).
+// Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS}, times ${MAX_CHUNKS} when T <= ${SPLIT_ROWS}
+// (grid-stride over (row, head group, chunk)).
 namespace {
 constexpr int kH = ${H};
 constexpr int kHkv = ${HKV};
@@ -421,7 +421,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                                              {"SCALE", detail::floatLiteral(p.scale)},
                                                              {"BLOCK", std::to_string(block)},
                                                              {"SUB", std::to_string(sub)},
-                                                             {"ITEMS", std::to_string(items * kMaxChunks)},
+                                                             {"ITEMS", std::to_string(items)},
                                                              {"SPLIT_ROWS", std::to_string(kSplitRows)},
                                                              {"MAX_CHUNKS", std::to_string(kMaxChunks)},
                                                              {"MIN_CHUNK", std::to_string(kMinChunk)},
@@ -438,7 +438,9 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                            std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
                                            (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
                                            (i8 ? "_i8" : ""),
-                                       body, block, "rows*" + std::to_string(items * kMaxChunks));
+                                       body, block,
+                                       "rows*" + std::to_string(items) + " x" + std::to_string(kMaxChunks) +
+                                           " when rows<=" + std::to_string(kSplitRows));
   spec.workspaceBytes = static_cast<uint64_t>(workBytes);
   return spec;
 }

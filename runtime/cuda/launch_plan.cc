@@ -33,7 +33,8 @@ bool take_number(std::string_view* s, int64_t* out) {
 StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
   auto bad = [&] {
     return invalid_argument("kernel grid rule '" + std::string(rule) +
-                            "' is not rows, rows*<k> or rows/<c>*<k> (k, c positive integers)");
+                            "' is not rows, rows*<k> or rows/<c>*<k>, optionally followed by ' x<m> when "
+                            "rows<=<r>' (k, c, m, r positive integers)");
   };
   std::string_view s = rule;
   if (s.substr(0, 4) != "rows") return bad();
@@ -43,10 +44,16 @@ StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
     s.remove_prefix(1);
     if (!take_number(&s, &r.per) || s.empty() || s[0] != '*') return bad();
   }
-  if (!s.empty()) {
-    if (s[0] != '*') return bad();
+  if (!s.empty() && s[0] == '*') {
     s.remove_prefix(1);
-    if (!take_number(&s, &r.times) || !s.empty()) return bad();
+    if (!take_number(&s, &r.times)) return bad();
+  }
+  if (!s.empty()) {  // " x<m> when rows<=<r>"
+    if (s.substr(0, 2) != " x") return bad();
+    s.remove_prefix(2);
+    if (!take_number(&s, &r.small_times) || s.substr(0, 12) != " when rows<=") return bad();
+    s.remove_prefix(12);
+    if (!take_number(&s, &r.small_rows) || !s.empty()) return bad();
   }
   return r;
 }
@@ -54,9 +61,10 @@ StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
 int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid) {
   if (T <= 0) return 0;
   const int64_t chunks = (T + rule.per - 1) / rule.per;
+  const int64_t times = rule.times * (T <= rule.small_rows ? rule.small_times : 1);  // both < 2^31
   // chunks * times could overflow only past any real cap: compare by division.
-  if (chunks > max_grid / rule.times) return std::max<int64_t>(1, max_grid);
-  return std::max<int64_t>(1, std::min(chunks * rule.times, max_grid));
+  if (chunks > max_grid / times) return std::max<int64_t>(1, max_grid);
+  return std::max<int64_t>(1, std::min(chunks * times, max_grid));
 }
 
 std::vector<int> graph_batch_sizes(int max_seqs) {

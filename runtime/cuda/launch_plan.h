@@ -15,11 +15,15 @@
 
 namespace llmrt::cuda {
 
-/// A kernel's grid rule (codegen/KernelSpec.h): gridDim.x = ceil(T / per) * times.
-///   "rows" -> {1, 1};  "rows*<k>" -> {1, k};  "rows/<c>*<k>" -> {c, k}.
+/// A kernel's grid rule (codegen/KernelSpec.h): gridDim.x = ceil(T / per) * times, and
+/// small_times times that for steps of at most small_rows rows.
+///   "rows" -> {1, 1};  "rows*<k>" -> {1, k};  "rows/<c>*<k>" -> {c, k};
+///   "rows*<k> x<m> when rows<=<r>" -> {1, k, r, m}.
 struct GridRule {
   int64_t per = 1;
   int64_t times = 1;
+  int64_t small_rows = 0;
+  int64_t small_times = 1;
 };
 /// Errors name the rule; numbers are positive decimals below 2^31.
 StatusOr<GridRule> parse_grid_rule(std::string_view rule);

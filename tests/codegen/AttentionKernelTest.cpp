@@ -251,7 +251,11 @@ TEST(AttentionKernel, EmissionErrors) {
   p.scale = 0.125f;
   EXPECT_FALSE(llmc::emitPagedAttentionKernel(p).ok());
   p.numHeads = 4;
-  EXPECT_TRUE(llmc::emitPagedAttentionKernel(p).ok());
+  auto ok = llmc::emitPagedAttentionKernel(p);
+  ASSERT_TRUE(ok.ok());
+  // One block per (row, group of 2 heads); 32 per row (chunks) in steps of up to 32 rows.
+  EXPECT_EQ(ok->gridRule, "rows*2 x32 when rows<=32");
+  EXPECT_GT(ok->workspaceBytes, 0u);
   p.cache.kvDtype = "i8";
   auto i8 = llmc::emitPagedAttentionKernel(p);
   ASSERT_FALSE(i8.ok());

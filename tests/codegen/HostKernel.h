@@ -104,16 +104,25 @@ inline bool bitEqual(const std::vector<float> &a, const std::vector<float> &b) {
 
 /// gridDim.x for T rows by the spec's grid rule (KernelSpec.h).
 inline int gridFor(const KernelSpec &spec, int T) {
-  if (spec.gridRule == "rows")
-    return T;
-  if (spec.gridRule.rfind("rows/", 0) == 0) {
-    const size_t star = spec.gridRule.find('*');
-    EXPECT_NE(star, std::string::npos) << spec.gridRule;
-    const int c = std::stoi(spec.gridRule.substr(5, star - 5));
-    return (T + c - 1) / c * std::stoi(spec.gridRule.substr(star + 1));
+  std::string rule = spec.gridRule;
+  int small = 1; // " x<m> when rows<=<r>"
+  if (const size_t x = rule.find(" x"); x != std::string::npos) {
+    const size_t when = rule.find(" when rows<=");
+    EXPECT_NE(when, std::string::npos) << rule;
+    if (T <= std::stoi(rule.substr(when + 12)))
+      small = std::stoi(rule.substr(x + 2, when - x - 2));
+    rule = rule.substr(0, x);
   }
-  EXPECT_EQ(spec.gridRule.rfind("rows*", 0), 0u) << spec.gridRule;
-  return T * std::stoi(spec.gridRule.substr(5));
+  if (rule == "rows")
+    return T * small;
+  if (rule.rfind("rows/", 0) == 0) {
+    const size_t star = rule.find('*');
+    EXPECT_NE(star, std::string::npos) << rule;
+    const int c = std::stoi(rule.substr(5, star - 5));
+    return (T + c - 1) / c * std::stoi(rule.substr(star + 1)) * small;
+  }
+  EXPECT_EQ(rule.rfind("rows*", 0), 0u) << rule;
+  return T * std::stoi(rule.substr(5)) * small;
 }
 
 } // namespace llmc::testing

@@ -24,8 +24,19 @@ TEST(CudaLaunch, GridRules) {
   ASSERT_TRUE(chunks.ok());
   EXPECT_EQ(chunks->per, 4);
   EXPECT_EQ(chunks->times, 1024);
+  auto split = parse_grid_rule("rows*8 x32 when rows<=32");
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  EXPECT_EQ(split->times, 8);
+  EXPECT_EQ(split->small_times, 32);
+  EXPECT_EQ(split->small_rows, 32);
+  EXPECT_EQ(grid_size(*split, 1, 1 << 20), 256);     // small steps: 32 x the blocks
+  EXPECT_EQ(grid_size(*split, 32, 1 << 20), 8192);
+  EXPECT_EQ(grid_size(*split, 33, 1 << 20), 264);    // larger ones: rows*8
+  EXPECT_EQ(grid_size(*split, 32, 1000), 1000);
   for (const char* bad : {"", "row", "rows*", "rows*0", "rows/4", "rows/0*3", "rows*3x", "rows**3",
-                          "rows*-1", "rows*2147483648", "cols*2", "rows/4*2*3"}) {
+                          "rows*-1", "rows*2147483648", "cols*2", "rows/4*2*3", "rows*8 x32",
+                          "rows*8 x0 when rows<=32", "rows*8 x32 when rows<=", "rows*8 x32 when rows<=4 ",
+                          "rows*8 x32 when cols<=4"}) {
     auto r = parse_grid_rule(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("grid rule"), std::string::npos);
