@@ -12,6 +12,11 @@ namespace {
 
 bool finite(float x) { return std::isfinite(x); }
 
+// The unnormalized probability of logit w at temperature 1 / inv_t: the one expression both
+// sample() and sample_from_summary() use, so their draws agree bit for bit (the runtime builds
+// without FP contraction).
+float unnormalized(float w, float inv_t, float mx_scaled) { return std::exp(w * inv_t - mx_scaled); }
+
 // Probability desc, then id asc: the fixed candidate order.
 bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
   if (a.first != b.first) return a.first > b.first;
@@ -130,7 +135,7 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
   float pmax = 0.0f;
   for (int32_t i = 0; i < vocab_size_; ++i) {
     if (std::isnan(w[i]) || w[i] == -INFINITY) continue;
-    const float e = std::exp(w[i] * inv_t - mx_scaled);  // unnormalized probability
+    const float e = unnormalized(w[i], inv_t, mx_scaled);
     if (e > 0.0f) cand_.emplace_back(e, i);
     pmax = std::max(pmax, e);
   }
@@ -201,7 +206,7 @@ StatusOr<std::optional<SampleResult>> Sampler::sample_from_summary(const Samplin
   if (s.count == 0 || s.logits[0] == -INFINITY) return kUndecided;  // all masked: sample() says so
   // 4. greedy: the first entry is the lowest id of the largest logit.
   if (p.temperature == 0.0f) return std::optional<SampleResult>(SampleResult{s.ids[0], s.logprob_at(0)});
-  // The same probabilities as sample() (same expressions; the runtime builds without FP contraction).
+  // The same probabilities as sample().
   const float mx = s.max;
   const float inv_t = 1.0f / p.temperature;
   const float mx_scaled = mx * inv_t;
@@ -209,17 +214,17 @@ StatusOr<std::optional<SampleResult>> Sampler::sample_from_summary(const Samplin
   float pmax = 0.0f;
   for (int i = 0; i < s.count; ++i) {
     if (s.logits[i] == -INFINITY) continue;
-    const float e = std::exp(s.logits[i] * inv_t - mx_scaled);
+    const float e = unnormalized(s.logits[i], inv_t, mx_scaled);
     if (e > 0.0f) cand_.emplace_back(e, s.ids[i]);
     pmax = std::max(pmax, e);
   }
   // Every token left out has a logit <= the last entry's, so a probability <= `floor`.
-  const float floor = s.complete() ? 0.0f : std::exp(s.logits[s.count - 1] * inv_t - mx_scaled);
+  const float floor = s.complete() ? 0.0f : unnormalized(s.logits[s.count - 1], inv_t, mx_scaled);
   bool confined = floor == 0.0f || (p.min_p > 0.0f && floor < p.min_p * pmax);
   if (!confined) {
     if (p.top_k == 0 || p.top_k > s.count) return kUndecided;
     // top-k decides among summarized tokens only when its k-th probability beats `floor`.
-    thread_local std::vector<std::pair<float, int32_t>> kept;
+    std::vector<std::pair<float, int32_t>>& kept = kept_;
     kept.clear();
     const float thr = p.min_p * pmax;
     for (const auto& c : cand_)

@@ -103,6 +103,7 @@ class Sampler {
   std::vector<int32_t> counts_;
   std::vector<uint8_t> seen_;
   std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<std::pair<float, int32_t>> kept_;  // sample_from_summary's top-k check
 };
 
 }  // namespace llmrt
