@@ -73,30 +73,14 @@ ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
 )cuda";
 
 // int8 cache: codes [num_blocks, kv_heads, block_size, head_dim] (signed bytes) plus one f32
-// scale per (block, head, slot); a head's row is stored as the CPU backend stores it
-// (runtime/cpu/attention.cc): s = amax / 127, codes = rint(x * (1 / s)) (0 for an all-zero row),
-// every operation correctly rounded, so both backends hold the same codes.
+// scale per (block, head, slot); a head's row is stored as the CPU backend stores it, every
+// operation correctly rounded, so both backends hold the same codes (detail::kInt8RowStore).
 constexpr const char *kKvStoreInt8Template = R"cuda(// llmc kernel: kv_store int8, kv_heads=${HKV} head_dim=${HD} block_size=${BS}
 // Params: (const float *k, const float *v, const long long *kv_slots, signed char *k_cache,
 //          signed char *v_cache, float *k_scales, float *v_scales, int T)
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows); one warp per head row.
 ${CONSTANTS}namespace {
-
-__device__ __forceinline__ void storeRow(const float *x, signed char *codes, float *scale, int lane) {
-  float amax = 0.0f;
-  for (int d = lane; d < kHd; d += 32)
-    amax = fmaxf(amax, fabsf(x[d]));
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-  const float s = amax / 127.0f;
-  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  for (int d = lane; d < kHd; d += 32)
-    codes[d] = (signed char)__float2int_rn(x[d] * inv);
-  if (lane == 0)
-    *scale = s;
-}
-} // namespace
+${ROW_STORE}} // namespace
 
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
@@ -112,12 +96,43 @@ ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
     for (int head = warp; head < kHkv; head += kBlock / 32) {
       const long long r = (block * kHkv + head) * kBs + offset; // the cache row
       const long long x = (long long)row * kWidth + head * kHd;
-      storeRow(k + x, k_cache + r * kHd, k_scales + r, lane);
-      storeRow(v + x, v_cache + r * kHd, v_scales + r, lane);
+      storeRowI8([&](int d) { return k[x + d]; }, k_cache + r * kHd, k_scales + r, lane);
+      storeRowI8([&](int d) { return v[x + d]; }, v_cache + r * kHd, v_scales + r, lane);
     }
   }
 }
 )cuda";
+
+} // namespace
+
+const char *const detail::kInt8RowStore = R"cuda(template <typename Value>
+__device__ __forceinline__ void storeRowI8(Value value, signed char *codes, float *scale, int lane) {
+  constexpr int kPerLane = (kHd + 31) / 32;
+  float x[kPerLane]; // lane's elements d = lane + 32 j, in registers
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + 32 * j;
+    x[j] = d < kHd ? value(d) : 0.0f;
+    amax = fmaxf(amax, fabsf(x[j]));
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float s = amax / 127.0f;
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < kHd)
+      codes[d] = (signed char)__float2int_rn(x[j] * inv);
+  }
+  if (lane == 0)
+    *scale = s;
+}
+)cuda";
+
+namespace {
 
 constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attention, heads=${H} kv_heads=${HKV} head_dim=${HD}
 // block_size=${BS} window=${WINDOW} scale=${SCALE}
@@ -376,6 +391,8 @@ llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
                                                              {"BLOCK", std::to_string(block)}};
   std::vector<std::pair<std::string, std::string>> bindings = sizes;
   bindings.emplace_back("CONSTANTS", detail::substitute(kKvStoreConstants, sizes));
+  if (i8)
+    bindings.emplace_back("ROW_STORE", detail::kInt8RowStore);
   std::string body = detail::substitute(i8 ? kKvStoreInt8Template : kKvStoreTemplate, bindings);
   return detail::finishSpec("kv_store",
                             "llm_kv_store_h" + std::to_string(p.numKvHeads) + "_d" + std::to_string(p.headDim) +

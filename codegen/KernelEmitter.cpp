@@ -163,15 +163,8 @@ FailureOr<KernelSpec> emitRmsNormFamily(Operation *op, bool withAdd) {
                                 : emitRmsNormKernel(p));
 }
 
-FailureOr<KernelSpec> emitRope(Operation *op) {
-  if (failed(checkCounts(op, 2, 1)))
-    return failure();
-  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
-  if (failed(x) ||
-      failed(shapeOf(op, op->getOperand(1), "positions", 1, Elem::I32)) ||
-      failed(checkWidth(op, op->getResult(0), "result", (*x)[1])))
-    return failure();
-
+/// The rotation attributes of llm.rope / llm.rope_kv_store.
+FailureOr<RopeParams> ropeParams(Operation *op) {
   RopeParams p;
   auto heads = intAttr(op, "num_heads");
   auto headDim = intAttr(op, "head_dim");
@@ -204,12 +197,26 @@ FailureOr<KernelSpec> emitRope(Operation *op) {
   p.lowFreqFactor = *low;
   p.highFreqFactor = *high;
   p.originalMaxPosition = *original;
-  if (p.numHeads <= 0 || p.headDim <= 0 ||
-      (*x)[1] != p.numHeads * p.headDim)
+  return p;
+}
+
+FailureOr<KernelSpec> emitRope(Operation *op) {
+  if (failed(checkCounts(op, 2, 1)))
+    return failure();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x) ||
+      failed(shapeOf(op, op->getOperand(1), "positions", 1, Elem::I32)) ||
+      failed(checkWidth(op, op->getResult(0), "result", (*x)[1])))
+    return failure();
+  auto p = ropeParams(op);
+  if (failed(p))
+    return failure();
+  if (p->numHeads <= 0 || p->headDim <= 0 ||
+      (*x)[1] != p->numHeads * p->headDim)
     return op->emitOpError()
            << "GPU codegen: x width " << (*x)[1] << " != num_heads "
-           << p.numHeads << " * head_dim " << p.headDim;
-  return fromStatus(op, emitRopeKernel(p));
+           << p->numHeads << " * head_dim " << p->headDim;
+  return fromStatus(op, emitRopeKernel(*p));
 }
 
 FailureOr<KernelSpec> emitSiluMul(Operation *op) {
@@ -307,6 +314,19 @@ FailureOr<KernelSpec> emitKvStore(Operation *op) {
   return fromStatus(op, emitKvStoreKernel(*cache));
 }
 
+FailureOr<KernelSpec> emitRopeKvStore(Operation *op) {
+  auto cache = cacheParams(op);
+  auto rope = ropeParams(op);
+  if (failed(cache) || failed(rope))
+    return failure();
+  const int64_t qWidth = rope->numHeads * cache->headDim;
+  if (failed(shapeOf(op, op->getOperand(1), "positions", 1, Elem::I32)) ||
+      failed(checkWidth(op, op->getOperand(0), "qkv", qWidth + 2 * cache->numKvHeads * cache->headDim)) ||
+      failed(checkWidth(op, op->getResult(0), "q", qWidth)))
+    return failure();
+  return fromStatus(op, emitRopeKvStoreKernel({*rope, *cache}));
+}
+
 FailureOr<KernelSpec> emitPagedAttention(Operation *op) {
   auto cache = cacheParams(op);
   auto heads = intAttr(op, "num_heads");
@@ -366,7 +386,7 @@ bool hasKernel(Operation *op) {
   StringRef name = op->getName().getStringRef();
   if (name == "llm.embedding" || name == "llm.linear" || name == "llm.logits")
     return op->getNumOperands() >= 2 && !weightStorage(op, op->getOperand(1)).empty();
-  if (name == "llm.kv_store" || name == "llm.paged_attention") {
+  if (name == "llm.kv_store" || name == "llm.rope_kv_store" || name == "llm.paged_attention") {
     auto dtype = op->getAttrOfType<StringAttr>("kv_dtype");
     return !dtype || dtype.getValue() == "f32" || dtype.getValue() == "int8";
   }
@@ -406,6 +426,8 @@ FailureOr<KernelSpec> emitKernel(Operation *op) {
     return emitLinearFamily(op, /*logits=*/true);
   if (name == "llm.kv_store")
     return emitKvStore(op);
+  if (name == "llm.rope_kv_store")
+    return emitRopeKvStore(op);
   if (name == "llm.paged_attention")
     return emitPagedAttention(op);
   if (name == "llm.add")
@@ -417,7 +439,7 @@ FailureOr<KernelSpec> emitKernel(Operation *op) {
   return op->emitOpError() << "has no GPU kernel in codegen (supported: "
                               "llm.embedding, llm.rms_norm, llm.add_rms_norm, "
                               "llm.rope, llm.silu_mul, llm.linear, llm.logits, "
-                              "llm.kv_store, llm.paged_attention, llm.add, "
+                              "llm.kv_store, llm.rope_kv_store, llm.paged_attention, llm.add, "
                               "llm.split, llm.permute_columns)";
 }
 

@@ -12,7 +12,8 @@
 // llm.logits (dense weights, or quantized ones in the cuda_mma_n8 layout; the
 // module attribute llm.gpu_tensor_cores = false keeps them off the tensor-core
 // path),
-// llm.kv_store and llm.paged_attention (f32 or int8 KV cache), llm.add, llm.split,
+// llm.kv_store, llm.rope_kv_store (the rope attributes and the cache ones) and
+// llm.paged_attention (f32 or int8 KV cache), llm.add, llm.split,
 // llm.permute_columns. Activations must be f32 tensors [rows, width] with a
 // static width; rows may be dynamic. hasKernel() is false where no kernel
 // reads the op's storage (quantized weights or tables in a CPU layout): such

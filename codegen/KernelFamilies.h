@@ -100,6 +100,16 @@ struct KvCacheParams {
 /// are skipped.
 llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p);
 
+/// llm.rope_kv_store: the fused projection qkv[T, (H + 2 Hkv) hd] (columns q, k, v) -> rotated
+/// q[T, H hd] and the rotated k / the v rows written into the cache as kv_store writes them.
+/// Params (const float *qkv, const int *positions, const long long *kv_slots, float *q_out,
+/// k_cache, v_cache[, float *k_scales, float *v_scales for int8], int T).
+struct RopeKvStoreParams {
+  RopeParams rope; // numHeads: the q heads
+  KvCacheParams cache;
+};
+llmrt::StatusOr<KernelSpec> emitRopeKvStoreKernel(const RopeKvStoreParams &p);
+
 /// llm.paged_attention: causal GQA over the cache, optional sliding window.
 /// Params (const float *q, const float *k_cache, const float *v_cache, const
 /// int *positions, const int *query_start, const int *block_tables, int

@@ -8,6 +8,7 @@
 #ifndef LLMC_CODEGEN_KERNELSOURCE_H
 #define LLMC_CODEGEN_KERNELSOURCE_H
 
+#include "codegen/KernelFamilies.h"
 #include "codegen/KernelSpec.h"
 #include "runtime/base/status.h"
 
@@ -40,6 +41,19 @@ std::string substitute(std::string_view tmpl,
 /// shared memory). Every thread of the block must call them; they end with a
 /// barrier so `red` may be reused at once.
 extern const char *const kBlockReductions;
+
+/// CUDA source of llm.rope's rotation for the including source's kHd, kHalf and kNeox: the
+/// table kInvFreq[kHalf] of p's inverse frequencies, rotatePair(src, dst, i, pos) (rotates pair i
+/// of the head at src into dst, which may be src) and rotatedAt(src, d, pos) (element d of the
+/// rotated head, by the same operations: the values rotatePair writes, bit for bit).
+/// Errors on an unknown style or rope type.
+llmrt::StatusOr<std::string> ropeRotationSource(const RopeParams &p);
+
+/// CUDA source of storeRowI8(value, codes, scale, lane) for the including source's kHd: one warp
+/// stores the kHd values value(d) of a head row into an int8 KV cache as the CPU backend does
+/// (runtime/cpu/attention.cc): s = amax / 127, codes = rint(x * (1 / s)), 0 for an all-zero
+/// row. value(d) is called once per d (the lane's values are held in registers).
+extern const char *const kInt8RowStore;
 
 /// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or
 /// a quantized format of runtime/quant/quant_format.h in the cuda_mma_n8 layout.

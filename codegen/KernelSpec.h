@@ -31,6 +31,9 @@
 //   add_rms_norm  (const float *x, const float *residual, const float *w,
 //                  float *normed, float *sum, int T)
 //   rope          (const float *x, const int *positions, float *out, int T)
+//   rope_kv_store (const float *qkv, const int *positions, const long long *kv_slots,
+//                  float *q_out, k_cache, v_cache[, k_scales, v_scales], int T)
+//                  (KernelFamilies.h)
 //   linear, logits (const float *x, const unsigned char *w, const float *bias,
 //                  const int *rows, float *y, int T)  (KernelFamilies.h)
 //   silu_mul      two operands: (const float *gate, const float *up,

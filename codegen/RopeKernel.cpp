@@ -24,17 +24,13 @@ constexpr const char *kTemplate = R"cuda(// llmc kernel: rope, style=${STYLE} ty
 // May run in place (out == x): each thread reads its pair, then writes it.
 namespace {
 constexpr int kHeads = ${H};
-constexpr int kHeadDim = ${HD};
-constexpr int kHalf = kHeadDim / 2;
-constexpr int kWidth = kHeads * kHeadDim;
+constexpr int kHd = ${HD};
+constexpr int kHalf = kHd / 2;
+constexpr int kWidth = kHeads * kHd;
 constexpr int kPairs = kHeads * kHalf;
 constexpr int kBlock = ${BLOCK};
 constexpr bool kNeox = ${NEOX};
-// inv_freq of rotation pair i. Global rather than __constant__ memory: the
-// threads of a warp read different entries.
-__device__ const float kInvFreq[kHalf] = {
-${TABLE}};
-} // namespace
+${ROTATION}} // namespace
 
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *x, const int *__restrict__ positions, float *out,
@@ -45,18 +41,45 @@ ${ENTRY}(const float *x, const int *__restrict__ positions, float *out,
     float *dst = out + (long long)row * kWidth;
     for (int p = threadIdx.x; p < kPairs; p += kBlock) {
       const int head = p / kHalf;
-      const int i = p - head * kHalf;
-      const int a = kNeox ? head * kHeadDim + i : head * kHeadDim + 2 * i;
-      const int b = kNeox ? a + kHalf : a + 1;
-      const float angle = pos * kInvFreq[i];
-      float s, c;
-      sincosf(angle, &s, &c); // one accurate range reduction for both
-      const float x0 = src[a];
-      const float x1 = src[b];
-      dst[a] = x0 * c - x1 * s;
-      dst[b] = x1 * c + x0 * s;
+      rotatePair(src + head * kHd, dst + head * kHd, p - head * kHalf, pos);
     }
   }
+}
+)cuda";
+
+// The rotation of one head, given kHd, kHalf and kNeox; the inverse frequencies follow as a table.
+constexpr const char *kRotation = R"cuda(// inv_freq of rotation pair i. Global rather than __constant__ memory: the
+// threads of a warp read different entries.
+__device__ const float kInvFreq[kHalf] = {
+${TABLE}};
+
+// Rotates pair i of one head (src, dst point at it; dst may be src):
+//   neox: (i, i + kHalf), interleaved: (2i, 2i + 1); out = (x0 c - x1 s, x1 c + x0 s).
+__device__ __forceinline__ void rotatePair(const float *src, float *dst, int i, float pos) {
+  const int a = kNeox ? i : 2 * i;
+  const int b = kNeox ? a + kHalf : a + 1;
+  float s, c;
+  sincosf(pos * kInvFreq[i], &s, &c); // one accurate range reduction for both
+  const float x0 = src[a];
+  const float x1 = src[b];
+  dst[a] = x0 * c - x1 * s;
+  dst[b] = x1 * c + x0 * s;
+}
+
+// Element d of the rotated head at src: the value rotatePair writes there, by the same operations.
+__device__ __forceinline__ float rotatedAt(const float *src, int d, float pos) {
+  const bool first = kNeox ? d < kHalf : (d & 1) == 0;
+  const int i = kNeox ? (first ? d : d - kHalf) : d >> 1;
+  float s, c;
+  sincosf(pos * kInvFreq[i], &s, &c);
+  if (first) {
+    const float x0 = src[d];
+    const float x1 = src[kNeox ? d + kHalf : d + 1];
+    return x0 * c - x1 * s;
+  }
+  const float x0 = src[kNeox ? d - kHalf : d - 1];
+  const float x1 = src[d];
+  return x1 * c + x0 * s;
 }
 )cuda";
 
@@ -117,17 +140,11 @@ llmrt::StatusOr<std::vector<float>> computeRopeInvFreq(const RopeParams &p) {
   return out;
 }
 
-llmrt::StatusOr<KernelSpec> emitRopeKernel(const RopeParams &p) {
+llmrt::StatusOr<std::string> detail::ropeRotationSource(const RopeParams &p) {
   if (p.style != "neox" && p.style != "interleaved")
     return llmrt::invalid_argument("rope: style '" + p.style +
                                    "' is not 'neox' or 'interleaved'");
-  if (p.numHeads <= 0 || p.headDim <= 0 ||
-      p.numHeads * p.headDim > detail::kMaxDim)
-    return llmrt::invalid_argument(
-        "rope: num_heads * head_dim = " + std::to_string(p.numHeads) + " * " +
-        std::to_string(p.headDim) + " outside [1, 2^24]");
   ASSIGN_OR_RETURN(std::vector<float> invFreq, computeRopeInvFreq(p));
-
   std::string table;
   for (size_t i = 0; i < invFreq.size(); ++i) {
     table += (i % 4 == 0) ? "    " : " ";
@@ -136,6 +153,16 @@ llmrt::StatusOr<KernelSpec> emitRopeKernel(const RopeParams &p) {
     if (i % 4 == 3 || i + 1 == invFreq.size())
       table += "\n";
   }
+  return detail::substitute(kRotation, {{"TABLE", table}});
+}
+
+llmrt::StatusOr<KernelSpec> emitRopeKernel(const RopeParams &p) {
+  if (p.numHeads <= 0 || p.headDim <= 0 ||
+      p.numHeads * p.headDim > detail::kMaxDim)
+    return llmrt::invalid_argument(
+        "rope: num_heads * head_dim = " + std::to_string(p.numHeads) + " * " +
+        std::to_string(p.headDim) + " outside [1, 2^24]");
+  ASSIGN_OR_RETURN(std::string rotation, detail::ropeRotationSource(p));
   char theta[32];
   std::snprintf(theta, sizeof(theta), "%.17g", p.theta);
   int block = detail::elementwiseBlockSize(p.numHeads * p.headDim / 2);
@@ -147,7 +174,7 @@ llmrt::StatusOr<KernelSpec> emitRopeKernel(const RopeParams &p) {
                   {"THETA", theta},
                   {"BLOCK", std::to_string(block)},
                   {"NEOX", p.style == "neox" ? "true" : "false"},
-                  {"TABLE", table}});
+                  {"ROTATION", rotation}});
   return detail::finishSpec(
       "rope",
       "llm_rope_" + std::string(p.style == "neox" ? "neox" : "interleaved") +

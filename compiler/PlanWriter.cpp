@@ -153,6 +153,7 @@ static fb::OpKind opKind(StringRef name) {
       {"llm.split", fb::OpKind::Split},
       {"llm.rope", fb::OpKind::Rope},
       {"llm.kv_store", fb::OpKind::KvStore},
+      {"llm.rope_kv_store", fb::OpKind::RopeKvStore},
       {"llm.paged_attention", fb::OpKind::PagedAttention},
       {"llm.silu_mul", fb::OpKind::SiluMul},
       {"llm.logits", fb::OpKind::Logits},
@@ -292,7 +293,8 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
                                         off, vname));
       outputs.push_back(id);
     }
-    if ((kind == fb::OpKind::KvStore || kind == fb::OpKind::PagedAttention) &&
+    if ((kind == fb::OpKind::KvStore || kind == fb::OpKind::RopeKvStore ||
+         kind == fb::OpKind::PagedAttention) &&
         !op->hasAttr("block_size"))
       return error(op, "KV layout not chosen: run the kv-cache-layout pass "
                        "(it cannot be disabled for a runnable plan)");

@@ -495,6 +495,42 @@ LogicalResult SplitOp::fold(FoldAdaptor, SmallVectorImpl<OpFoldResult> &results)
 // RopeOp
 //===----------------------------------------------------------------------===//
 
+/// The rotation attributes shared by llm.rope and llm.rope_kv_store.
+template <typename RopeLikeOp>
+static LogicalResult verifyRopeAttrs(RopeLikeOp op) {
+  double theta = op.getTheta().convertToDouble();
+  if (!std::isfinite(theta) || theta <= 0)
+    return op.emitOpError() << "theta must be positive, got " << theta;
+  StringRef style = op.getStyle();
+  if (style != "neox" && style != "interleaved")
+    return op.emitOpError() << "style must be 'neox' or 'interleaved', got '"
+                            << style << "'";
+  StringRef type = op.getRopeType();
+  double factor = op.getFactor().convertToDouble();
+  if (type == "default")
+    return success();
+  if (type != "linear" && type != "llama3")
+    return op.emitOpError()
+           << "rope_type must be 'default', 'linear' or 'llama3', got '"
+           << type << "'";
+  if (!std::isfinite(factor) || factor <= 0)
+    return op.emitOpError() << "factor must be positive for rope_type '"
+                            << type << "', got " << factor;
+  if (type == "llama3") {
+    double lo = op.getLowFreqFactor().convertToDouble();
+    double hi = op.getHighFreqFactor().convertToDouble();
+    if (!(lo > 0) || !(hi > lo) || !std::isfinite(hi))
+      return op.emitOpError() << "llama3 rope needs 0 < low_freq_factor < "
+                                 "high_freq_factor, got "
+                              << lo << " and " << hi;
+    if (op.getOriginalMaxPositionAttr().getInt() <= 0)
+      return op.emitOpError() << "llama3 rope needs a positive "
+                                 "original_max_position, got "
+                              << op.getOriginalMaxPositionAttr().getInt();
+  }
+  return success();
+}
+
 LogicalResult RopeOp::verify() {
   int64_t width, outWidth;
   if (failed(expectActivation(*this, getX().getType(), "x", width)) ||
@@ -519,37 +555,7 @@ LogicalResult RopeOp::verify() {
       failed(expectSameRows(*this, getX().getType(), "x",
                             getResult().getType(), "result")))
     return failure();
-  double theta = getTheta().convertToDouble();
-  if (!std::isfinite(theta) || theta <= 0)
-    return emitOpError() << "theta must be positive, got " << theta;
-  StringRef style = getStyle();
-  if (style != "neox" && style != "interleaved")
-    return emitOpError() << "style must be 'neox' or 'interleaved', got '"
-                         << style << "'";
-  StringRef type = getRopeType();
-  double factor = getFactor().convertToDouble();
-  if (type == "default")
-    return success();
-  if (type != "linear" && type != "llama3")
-    return emitOpError()
-           << "rope_type must be 'default', 'linear' or 'llama3', got '"
-           << type << "'";
-  if (!std::isfinite(factor) || factor <= 0)
-    return emitOpError() << "factor must be positive for rope_type '" << type
-                         << "', got " << factor;
-  if (type == "llama3") {
-    double lo = getLowFreqFactor().convertToDouble();
-    double hi = getHighFreqFactor().convertToDouble();
-    if (!(lo > 0) || !(hi > lo) || !std::isfinite(hi))
-      return emitOpError() << "llama3 rope needs 0 < low_freq_factor < "
-                              "high_freq_factor, got "
-                           << lo << " and " << hi;
-    if (getOriginalMaxPositionAttr().getInt() <= 0)
-      return emitOpError() << "llama3 rope needs a positive "
-                              "original_max_position, got "
-                           << getOriginalMaxPositionAttr().getInt();
-  }
-  return success();
+  return verifyRopeAttrs(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -605,6 +611,42 @@ LogicalResult PagedAttentionOp::verify() {
     return emitOpError() << "scale must be positive, got " << scale;
   if (failed(expectSameRows(*this, getQ().getType(), "q",
                             getResult().getType(), "result")))
+    return failure();
+  return verifyKvLayoutAttrs(*this, getBlockSizeAttr(), getKvDtypeAttr(),
+                             getLayoutAttr());
+}
+
+LogicalResult RopeKvStoreOp::verify() {
+  int64_t width, qWidth;
+  if (failed(expectActivation(*this, getQkv().getType(), "qkv", width)) ||
+      failed(expectI32Vector(*this, getPositions().getType(), "positions")) ||
+      failed(expectActivation(*this, getQ().getType(), "q", qWidth)) ||
+      failed(expectNonNegative(*this, getLayerAttr(), "layer")) ||
+      failed(expectPositive(*this, getNumHeadsAttr(), "num_heads")) ||
+      failed(expectPositive(*this, getNumKvHeadsAttr(), "num_kv_heads")) ||
+      failed(expectPositive(*this, getHeadDimAttr(), "head_dim")))
+    return failure();
+  int64_t heads = getNumHeadsAttr().getInt();
+  int64_t kvHeads = getNumKvHeadsAttr().getInt();
+  int64_t headDim = getHeadDimAttr().getInt();
+  if (headDim % 2 != 0)
+    return emitOpError() << "head_dim must be even, got " << headDim;
+  if (heads % kvHeads != 0)
+    return emitOpError() << "num_heads " << heads
+                         << " must be a multiple of num_kv_heads " << kvHeads;
+  if (width != (heads + 2 * kvHeads) * headDim)
+    return emitOpError() << "qkv width " << width
+                         << " must equal (num_heads + 2 * num_kv_heads) * "
+                            "head_dim = ("
+                         << heads << " + 2 * " << kvHeads << ") * " << headDim;
+  if (qWidth != heads * headDim)
+    return emitOpError() << "q width " << qWidth << " must equal num_heads * "
+                         << "head_dim = " << heads << " * " << headDim;
+  if (failed(expectSameRows(*this, getQkv().getType(), "qkv",
+                            getPositions().getType(), "positions")) ||
+      failed(expectSameRows(*this, getQkv().getType(), "qkv",
+                            getQ().getType(), "q")) ||
+      failed(verifyRopeAttrs(*this)))
     return failure();
   return verifyKvLayoutAttrs(*this, getBlockSizeAttr(), getKvDtypeAttr(),
                              getLayoutAttr());

@@ -281,6 +281,35 @@ def LLM_KvStoreOp : LLM_Op<"kv_store"> {
   }];
 }
 
+def LLM_RopeKvStoreOp : LLM_Op<"rope_kv_store"> {
+  let summary = "rotary embedding of a fused q|k|v row, with k and v written into the paged KV cache";
+  let description = [{
+    `qkv[T, (num_heads + 2 * num_kv_heads) * head_dim]` (columns q, then k,
+    then v: the fused projection of --llm-fuse-qkv) and `positions[T]` (i32)
+    give `q[T, num_heads * head_dim]`, rotated as `llm.rope` rotates it, and
+    the updated cache: `K[layer][slot] = rope(k)[t]`, `V[layer][slot] = v[t]`
+    for every token `t` with `kv_slots[t] >= 0`. The same numbers as
+    `llm.split` + `llm.rope` of q and of k + `llm.kv_store`, in one pass over
+    each row (--llm-fuse-rope-kv-store). Rope attributes as `llm.rope`'s, cache
+    attributes as `llm.kv_store`'s.
+  }];
+  let arguments = !con((ins AnyRankedTensor:$qkv, AnyRankedTensor:$positions,
+                            LLM_KvCacheType:$kv, LLM_BatchType:$batch,
+                            I64Attr:$layer, I64Attr:$num_heads,
+                            I64Attr:$num_kv_heads, I64Attr:$head_dim, F64Attr:$theta,
+                            DefaultValuedAttr<StrAttr, "\"neox\"">:$style,
+                            DefaultValuedAttr<StrAttr, "\"default\"">:$rope_type,
+                            DefaultValuedAttr<F64Attr, "1.0">:$factor,
+                            DefaultValuedAttr<F64Attr, "1.0">:$low_freq_factor,
+                            DefaultValuedAttr<F64Attr, "4.0">:$high_freq_factor,
+                            DefaultValuedAttr<I64Attr, "0">:$original_max_position),
+                       LLM_KvLayoutArgs);
+  let results = (outs AnyRankedTensor:$q, LLM_KvCacheType:$kv_out);
+  let assemblyFormat = [{
+    $qkv `,` $positions `,` $kv `,` $batch attr-dict `:` type($qkv) `,` type($positions) `->` type($q)
+  }];
+}
+
 def LLM_PagedAttentionOp : LLM_Op<"paged_attention"> {
   let summary = "causal GQA attention over the paged KV cache";
   let description = [{

@@ -6,6 +6,7 @@
 //   std::unique_ptr<mlir::Pass> llmc::createFuseAddRmsNorm();
 //   std::unique_ptr<mlir::Pass> llmc::createKvCacheLayout();
 //   std::unique_ptr<mlir::Pass> llmc::createKvCacheLayout(const KvCacheLayoutOptions &);
+//   std::unique_ptr<mlir::Pass> llmc::createFuseRopeKvStore();
 //   std::unique_ptr<mlir::Pass> llmc::createPlanMemory();
 // and void llmc::registerLLMPasses() (command-line registration for llmc-opt).
 //

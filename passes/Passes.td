@@ -119,6 +119,23 @@ def KvCacheLayout : Pass<"llm-kv-cache-layout", "::mlir::ModuleOp"> {
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }
 
+def FuseRopeKvStore : Pass<"llm-fuse-rope-kv-store", "::mlir::func::FuncOp"> {
+  let summary = "Fuse the split of a q|k|v projection, the rotations of q and k and the KV-cache write";
+  let description = [{
+    `%q, %k, %v = llm.split %qkv`, `llm.rope %q` (its only use), `llm.rope %k`
+    and `llm.kv_store(rope(k), v)` (their only uses) become
+    `%q_rot, %kv = llm.rope_kv_store %qkv, %positions, %kv, %batch` in the
+    store's place, when both ropes rotate alike (positions, head_dim, theta,
+    style, rope type and its factors), the k rope's heads are the store's
+    num_kv_heads and the split's sizes are exactly q, k and v of those heads.
+    The fused op carries the q rope's attributes and the store's layer and
+    KV layout. Runs after --llm-kv-cache-layout. Not matched: projections
+    that are not fused (--llm-fuse-qkv off), or ops between the split and the
+    ropes (Qwen3's per-head q/k norms).
+  }];
+  let dependentDialects = ["::llmc::llm::LLMDialect"];
+}
+
 def PlanMemory : Pass<"llm-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Assign every activation an arena offset per row of capacity";
   let description = [{

@@ -13,7 +13,7 @@ namespace llmc {
 
 std::vector<std::string> pipelinePassNames() {
   return {"pack-weights", "fuse-qkv", "fuse-gate-up", "fuse-add-rmsnorm", "kv-cache-layout",
-          "plan-memory"};
+          "fuse-rope-kv-store", "plan-memory"};
 }
 
 std::vector<std::string> unknownDisabledPasses(const PipelineOptions &opts) {
@@ -49,6 +49,8 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opts) {
     kv.kvDtype = opts.kvDtype;
     pm.addPass(createKvCacheLayout(kv));
   }
+  if (enabled("fuse-rope-kv-store"))
+    pm.addNestedPass<func::FuncOp>(createFuseRopeKvStore());
   if (enabled("plan-memory"))
     pm.addNestedPass<func::FuncOp>(createPlanMemory());
 }

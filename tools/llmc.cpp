@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
       "from this seed (for benchmarks of big shapes; outputs are meaningless)");
   compile->add_option("-o,--output", copts.outputPath, "plan file to write")->required();
   compile->add_option("--dump-ir", copts.dumpIrDir, "write the IR after import and after each pass here");
-  compile->add_option("--disable-pass", copts.disabledPasses, "skip a pass (repeatable): pack-weights, fuse-qkv, fuse-gate-up, fuse-add-rmsnorm, kv-cache-layout, plan-memory");
+  compile->add_option("--disable-pass", copts.disabledPasses, "skip a pass (repeatable): pack-weights, fuse-qkv, fuse-gate-up, fuse-add-rmsnorm, kv-cache-layout, fuse-rope-kv-store, plan-memory");
   compile->add_option("--from-ir", copts.fromIr, "compile this edited .mlir against the model's tensors");
   compile->add_option("--target", targets, "GPU targets for kernel images, comma separated (sm_80,sm_90), 'default' or 'none'");
   compile->add_option("--kv-block-size", copts.kvBlockSize, "tokens per KV block")->check(CLI::Range(1, 4096));

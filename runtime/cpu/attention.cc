@@ -40,29 +40,57 @@ inline const float* kv_row(const KvLayer& kv, bool is_k, int64_t block, int64_t 
   return tmp;
 }
 
+// Head h of one token's k and v rows into the cache at `slot`.
+void store_head(const float* kx, const float* vx, int64_t slot, int h, const KvLayer& kv) {
+  const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
+  if (kv.k8) {
+    const int64_t row = slot_row(kv, block, off, h);
+    store_row_i8(kx, kv.head_dim, kv.k8 + row * kv.head_dim, kv.ks + row);
+    store_row_i8(vx, kv.head_dim, kv.v8 + row * kv.head_dim, kv.vs + row);
+    return;
+  }
+  const int64_t dst = slot_offset(kv, block, off, h);
+  const size_t bytes = static_cast<size_t>(kv.head_dim) * sizeof(float);
+  std::memcpy(kv.k + dst, kx, bytes);
+  std::memcpy(kv.v + dst, vx, bytes);
+}
+
 }  // namespace
 
 void kv_store(const float* k, const float* v, int64_t rows, const int64_t* slots,
               const KvLayer& kv, ThreadPool& pool) {
   const int64_t width = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
-  const size_t bytes = static_cast<size_t>(kv.head_dim) * sizeof(float);
   pool.parallel_for(rows, [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t) {
-      const int64_t slot = slots[t];
-      if (slot < 0) continue;
-      const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
+      if (slots[t] < 0) continue;
       for (int h = 0; h < kv.num_kv_heads; ++h) {
-        const float* kx = k + t * width + static_cast<int64_t>(h) * kv.head_dim;
-        const float* vx = v + t * width + static_cast<int64_t>(h) * kv.head_dim;
-        if (kv.k8) {
-          const int64_t row = slot_row(kv, block, off, h);
-          store_row_i8(kx, kv.head_dim, kv.k8 + row * kv.head_dim, kv.ks + row);
-          store_row_i8(vx, kv.head_dim, kv.v8 + row * kv.head_dim, kv.vs + row);
-          continue;
-        }
-        const int64_t dst = slot_offset(kv, block, off, h);
-        std::memcpy(kv.k + dst, kx, bytes);
-        std::memcpy(kv.v + dst, vx, bytes);
+        const int64_t at = t * width + static_cast<int64_t>(h) * kv.head_dim;
+        store_head(k + at, v + at, slots[t], h, kv);
+      }
+    }
+  });
+}
+
+void rope_kv_store(const float* qkv, int64_t rows, int num_heads, const int32_t* positions,
+                   const float* inv_freq, bool interleaved, const int64_t* slots, const KvLayer& kv,
+                   float* q, ThreadPool& pool) {
+  const int hd = kv.head_dim;
+  const int64_t q_width = static_cast<int64_t>(num_heads) * hd;
+  const int64_t kv_width = static_cast<int64_t>(kv.num_kv_heads) * hd;
+  const int64_t width = q_width + 2 * kv_width;
+  pool.parallel_for(rows, [&](int64_t b, int64_t e, int) {
+    float cs[kMaxRopeHeadDim / 2];
+    float sn[kMaxRopeHeadDim / 2];
+    float k_rot[kMaxRopeHeadDim];
+    for (int64_t t = b; t < e; ++t) {
+      const float* row = qkv + t * width;
+      rope_angles(positions[t], inv_freq, hd / 2, cs, sn);
+      rope_heads(row, num_heads, hd, cs, sn, interleaved, q + t * q_width);
+      if (slots[t] < 0) continue;
+      for (int h = 0; h < kv.num_kv_heads; ++h) {
+        const int64_t at = static_cast<int64_t>(h) * hd;
+        rope_heads(row + q_width + at, 1, hd, cs, sn, interleaved, k_rot);
+        store_head(k_rot, row + q_width + kv_width + at, slots[t], h, kv);
       }
     }
   });

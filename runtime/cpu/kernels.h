@@ -204,6 +204,12 @@ StatusOr<RopeConfig::Type> parse_rope_type(std::string_view name);
 /// The head_dim / 2 inverse frequencies, as Hugging Face transformers computes them
 /// (_compute_default/linear/llama3_parameters), in f32. Errors on invalid parameters.
 StatusOr<std::vector<float>> rope_inv_freq(const RopeConfig& config);
+inline constexpr int kMaxRopeHeadDim = 1024;
+/// cs[i], sn[i] = cos, sin of position * inv_freq[i] (f32), for i < half.
+void rope_angles(int32_t position, const float* inv_freq, int half, float* cs, float* sn);
+/// Rotates the num_heads heads of one row x into y (y may equal x) by rope_angles' cs, sn.
+void rope_heads(const float* x, int num_heads, int head_dim, const float* cs, const float* sn,
+                bool interleaved, float* y);
 /// Rotates every head of every row: angle_i = positions[t] * inv_freq[i] (f32).
 /// y may equal x (in place).
 void rope(const float* x, int64_t rows, int num_heads, int head_dim, const int32_t* positions,
@@ -233,6 +239,13 @@ struct KvLayer {
 /// int8 cache: each head's row is stored as codes lrint(x / s), s = amax / 127 (0 for all-zero).
 void kv_store(const float* k, const float* v, int64_t rows, const int64_t* slots,
               const KvLayer& kv, ThreadPool& pool);
+
+/// rope + kv_store of a fused projection qkv[rows, (num_heads + 2 * num_kv_heads) * head_dim]
+/// (columns q, k, v): q[t] = rope(q columns), and for every t with slots[t] >= 0 K[slot] =
+/// rope(k columns), V[slot] = v columns. The same numbers as rope of q, rope of k and kv_store.
+void rope_kv_store(const float* qkv, int64_t rows, int num_heads, const int32_t* positions,
+                   const float* inv_freq, bool interleaved, const int64_t* slots, const KvLayer& kv,
+                   float* q, ThreadPool& pool);
 
 /// What attention needs to know about the batch (validated by the executor).
 struct AttentionBatch {

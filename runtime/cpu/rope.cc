@@ -12,9 +12,6 @@
 #include "runtime/cpu/vector_ops.h"
 
 namespace llmrt::cpu {
-namespace {
-constexpr int kMaxHeadDim = 1024;
-}
 
 StatusOr<RopeConfig::Type> parse_rope_type(std::string_view name) {
   if (name.empty() || name == "default") return RopeConfig::Type::kDefault;
@@ -25,7 +22,7 @@ StatusOr<RopeConfig::Type> parse_rope_type(std::string_view name) {
 }
 
 StatusOr<std::vector<float>> rope_inv_freq(const RopeConfig& c) {
-  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > kMaxHeadDim)
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > kMaxRopeHeadDim)
     return invalid_argument("rope head_dim must be even and in [2, 1024], got " +
                             std::to_string(c.head_dim));
   if (!(c.theta > 0.0) || !std::isfinite(c.theta))
@@ -71,33 +68,42 @@ StatusOr<std::vector<float>> rope_inv_freq(const RopeConfig& c) {
   return inv;
 }
 
+void rope_angles(int32_t position, const float* inv_freq, int half, float* cs, float* sn) {
+  const float pos = static_cast<float>(position);
+  for (int i = 0; i < half; ++i) {
+    const float angle = pos * inv_freq[i];
+    cs[i] = std::cos(angle);
+    sn[i] = std::sin(angle);
+  }
+}
+
+void rope_heads(const float* x, int num_heads, int head_dim, const float* cs, const float* sn,
+                bool interleaved, float* y) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < num_heads; ++h) {
+    const float* xi = x + static_cast<int64_t>(h) * head_dim;
+    float* yo = y + static_cast<int64_t>(h) * head_dim;
+    if (interleaved) {
+      for (int i = 0; i < half; ++i) {
+        const float x0 = xi[2 * i], x1 = xi[2 * i + 1];
+        yo[2 * i] = x0 * cs[i] - x1 * sn[i];
+        yo[2 * i + 1] = x1 * cs[i] + x0 * sn[i];
+      }
+    } else {
+      vec::rotate(xi, xi + half, cs, sn, yo, yo + half, half);
+    }
+  }
+}
+
 void rope(const float* x, int64_t rows, int num_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, bool interleaved, float* y, ThreadPool& pool) {
-  const int half = head_dim / 2;
   const int64_t width = static_cast<int64_t>(num_heads) * head_dim;
   pool.parallel_for(rows, [&](int64_t b, int64_t e, int) {
-    float cs[kMaxHeadDim / 2];
-    float sn[kMaxHeadDim / 2];
+    float cs[kMaxRopeHeadDim / 2];
+    float sn[kMaxRopeHeadDim / 2];
     for (int64_t t = b; t < e; ++t) {
-      const float pos = static_cast<float>(positions[t]);
-      for (int i = 0; i < half; ++i) {
-        const float angle = pos * inv_freq[i];
-        cs[i] = std::cos(angle);
-        sn[i] = std::sin(angle);
-      }
-      for (int h = 0; h < num_heads; ++h) {
-        const float* xi = x + t * width + static_cast<int64_t>(h) * head_dim;
-        float* yo = y + t * width + static_cast<int64_t>(h) * head_dim;
-        if (interleaved) {
-          for (int i = 0; i < half; ++i) {
-            const float x0 = xi[2 * i], x1 = xi[2 * i + 1];
-            yo[2 * i] = x0 * cs[i] - x1 * sn[i];
-            yo[2 * i + 1] = x1 * cs[i] + x0 * sn[i];
-          }
-        } else {
-          vec::rotate(xi, xi + half, cs, sn, yo, yo + half, half);
-        }
-      }
+      rope_angles(positions[t], inv_freq, head_dim / 2, cs, sn);
+      rope_heads(x + t * width, num_heads, head_dim, cs, sn, interleaved, y + t * width);
     }
   });
 }

@@ -47,6 +47,7 @@ const char* family_of(fb::OpKind op) {
     case fb::OpKind::Split: return "split";
     case fb::OpKind::Rope: return "rope";
     case fb::OpKind::KvStore: return "kv_store";
+    case fb::OpKind::RopeKvStore: return "rope_kv_store";
     case fb::OpKind::PagedAttention: return "paged_attention";
     case fb::OpKind::SiluMul: return "silu_mul";
     case fb::OpKind::Logits: return "logits";
@@ -485,6 +486,11 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
         break;
       case fb::OpKind::KvStore:
         ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(slots_), ptr(kc), ptr(vc);
+        scales();
+        break;
+      case fb::OpKind::RopeKvStore:
+        ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(slots_), ptr(value_ptr(st.out[0]));
+        ptr(kc), ptr(vc);
         scales();
         break;
       case fb::OpKind::PagedAttention:

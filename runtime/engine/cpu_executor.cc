@@ -496,6 +496,40 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     return ok_status();
   };
 
+  // Rotation params (Rope, RopeKvStore): num_heads, head_dim and the inverse frequencies.
+  auto rope_params = [&]() -> Status {
+    int64_t heads = 0, hd = 0;
+    RETURN_IF_ERROR(int_param("num_heads", &heads));
+    RETURN_IF_ERROR(int_param("head_dim", &hd));
+    if (heads <= 0 || hd <= 0 || heads > INT32_MAX || hd > cpu::kMaxRopeHeadDim)
+      return invalid_argument(where + ": num_heads " + str(heads) + " / head_dim " + str(hd) + " out of range");
+    cpu::RopeConfig rc;
+    rc.head_dim = static_cast<int>(hd);
+    RETURN_IF_ERROR(float_param("theta", &rc.theta));
+    std::string style, type;
+    string_param("style", &style, "neox");
+    if (style != "neox" && style != "interleaved")
+      return unimplemented(where + ": rope style '" + style + "' (expected neox or interleaved)");
+    rc.interleaved = style == "interleaved";
+    string_param("rope_type", &type, "default");
+    auto parsed = cpu::parse_rope_type(type);
+    if (!parsed.ok()) return parsed.status().with_context(where);
+    rc.type = *parsed;
+    if (rc.type != cpu::RopeConfig::Type::kDefault) RETURN_IF_ERROR(float_param("factor", &rc.factor));
+    if (rc.type == cpu::RopeConfig::Type::kLlama3) {
+      RETURN_IF_ERROR(float_param("low_freq_factor", &rc.low_freq_factor));
+      RETURN_IF_ERROR(float_param("high_freq_factor", &rc.high_freq_factor));
+      RETURN_IF_ERROR(int_param("original_max_position", &rc.original_max_position));
+    }
+    auto inv = cpu::rope_inv_freq(rc);
+    if (!inv.ok()) return inv.status().with_context(where);
+    st->inv_freq = std::move(inv).value();
+    st->num_heads = static_cast<int>(heads);
+    st->head_dim = static_cast<int>(hd);
+    st->interleaved = rc.interleaved;
+    return ok_status();
+  };
+
   switch (s.op()) {
     case fb::OpKind::Embedding: {
       RETURN_IF_ERROR(arity(1, 1));
@@ -596,36 +630,28 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
         return invalid_argument(where + ": the second input must be the program's position input");
       RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
       RETURN_IF_ERROR(same_width(st->in[0], st->out[0]));
-      int64_t heads = 0, hd = 0;
-      RETURN_IF_ERROR(int_param("num_heads", &heads));
-      RETURN_IF_ERROR(int_param("head_dim", &hd));
-      if (heads <= 0 || hd <= 0 || heads * hd != width(st->in[0]))
-        return invalid_argument(where + ": num_heads x head_dim = " + str(heads) + " x " + str(hd) +
-                                " does not match width " + str(width(st->in[0])));
-      cpu::RopeConfig rc;
-      rc.head_dim = static_cast<int>(hd);
-      RETURN_IF_ERROR(float_param("theta", &rc.theta));
-      std::string style, type;
-      string_param("style", &style, "neox");
-      if (style != "neox" && style != "interleaved")
-        return unimplemented(where + ": rope style '" + style + "' (expected neox or interleaved)");
-      rc.interleaved = style == "interleaved";
-      string_param("rope_type", &type, "default");
-      auto parsed = cpu::parse_rope_type(type);
-      if (!parsed.ok()) return parsed.status().with_context(where);
-      rc.type = *parsed;
-      if (rc.type != cpu::RopeConfig::Type::kDefault) RETURN_IF_ERROR(float_param("factor", &rc.factor));
-      if (rc.type == cpu::RopeConfig::Type::kLlama3) {
-        RETURN_IF_ERROR(float_param("low_freq_factor", &rc.low_freq_factor));
-        RETURN_IF_ERROR(float_param("high_freq_factor", &rc.high_freq_factor));
-        RETURN_IF_ERROR(int_param("original_max_position", &rc.original_max_position));
-      }
-      auto inv = cpu::rope_inv_freq(rc);
-      if (!inv.ok()) return inv.status().with_context(where);
-      st->inv_freq = std::move(inv).value();
-      st->num_heads = static_cast<int>(heads);
-      st->head_dim = static_cast<int>(hd);
-      st->interleaved = rc.interleaved;
+      RETURN_IF_ERROR(rope_params());
+      if (int64_t{st->num_heads} * st->head_dim != width(st->in[0]))
+        return invalid_argument(where + ": num_heads x head_dim = " + str(st->num_heads) + " x " +
+                                str(st->head_dim) + " does not match width " + str(width(st->in[0])));
+      return ok_status();
+    }
+    case fb::OpKind::RopeKvStore: {
+      RETURN_IF_ERROR(arity(2, 1));
+      if (st->in[1] != position_input_)
+        return invalid_argument(where + ": the second input must be the program's position input");
+      RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
+      RETURN_IF_ERROR(cache_params(false));
+      RETURN_IF_ERROR(rope_params());
+      if (st->head_dim != head_dim_)
+        return invalid_argument(where + ": the rotation's head_dim differs from the KV spec's");
+      if (st->num_heads % num_kv_heads_ != 0)
+        return invalid_argument(where + ": num_heads " + str(st->num_heads) + " is not a multiple of num_kv_heads " +
+                                str(num_kv_heads_));
+      const int64_t q_width = int64_t{st->num_heads} * head_dim_;
+      if (width(st->out[0]) != q_width || width(st->in[0]) != q_width + 2 * int64_t{num_kv_heads_} * head_dim_)
+        return invalid_argument(where + ": qkv/q widths " + str(width(st->in[0])) + "/" + str(width(st->out[0])) +
+                                " are not (num_heads + 2 x num_kv_heads) x head_dim / num_heads x head_dim");
       return ok_status();
     }
     case fb::OpKind::KvStore: {
@@ -877,6 +903,10 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
         break;
       case fb::OpKind::KvStore:
         cpu::kv_store(P(st.in[0]), P(st.in[1]), T, b.kv_slots.data(), kv_layer(st.layer), pool);
+        break;
+      case fb::OpKind::RopeKvStore:
+        cpu::rope_kv_store(P(st.in[0]), T, st.num_heads, b.positions.data(), st.inv_freq.data(), st.interleaved,
+                           b.kv_slots.data(), kv_layer(st.layer), P(st.out[0]), pool);
         break;
       case fb::OpKind::PagedAttention: {
         cpu::AttentionBatch ab;

@@ -44,18 +44,21 @@ def test_dump_ir_writes_each_stage(llmc, tmp_path):
     ok([llmc, "compile", TINY / "llama", "-o", tmp_path / "p.fb", "--target", "none", "-q", "--dump-ir", dump])
     names = sorted(p.name for p in dump.iterdir())
     assert names == ["00-import.mlir", "01-pack-weights.mlir", "02-fuse-qkv.mlir", "03-fuse-gate-up.mlir",
-                     "04-fuse-add-rmsnorm.mlir", "05-kv-cache-layout.mlir", "06-plan-memory.mlir"], names
+                     "04-fuse-add-rmsnorm.mlir", "05-kv-cache-layout.mlir", "06-fuse-rope-kv-store.mlir",
+                     "07-plan-memory.mlir"], names
     imported = (dump / "00-import.mlir").read_text()
     assert "llm.weight_concat" not in imported and "llm.linear" in imported
     assert "llm.weight_layout" in (dump / "01-pack-weights.mlir").read_text()
     assert "llm.weight_concat" in (dump / "02-fuse-qkv.mlir").read_text()
     assert "llm.add_rms_norm" in (dump / "04-fuse-add-rmsnorm.mlir").read_text()
     assert "block_size" in (dump / "05-kv-cache-layout.mlir").read_text()
-    assert "llm.arena_offsets" in (dump / "06-plan-memory.mlir").read_text()
+    assert "llm.rope_kv_store" in (dump / "06-fuse-rope-kv-store.mlir").read_text()
+    assert "llm.arena_offsets" in (dump / "07-plan-memory.mlir").read_text()
 
 
 @pytest.mark.parametrize("pass_name,op,changes", [
-    ("fuse-qkv", "Split", "fewer"), ("fuse-gate-up", "Linear", "more"), ("fuse-add-rmsnorm", "AddRmsNorm", "fewer")])
+    ("fuse-qkv", "Linear", "more"), ("fuse-gate-up", "Linear", "more"), ("fuse-add-rmsnorm", "AddRmsNorm", "fewer"),
+    ("fuse-rope-kv-store", "RopeKvStore", "fewer")])
 def test_disable_pass_changes_plan_not_logits(llmc, llmrt, tiny_plan, tmp_path, pass_name, op, changes):
     plan = tmp_path / f"no-{pass_name}.fb"
     ok([llmc, "compile", TINY / "llama", "-o", plan, "--target", "none", "-q", "--disable-pass", pass_name])

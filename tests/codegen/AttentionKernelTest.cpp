@@ -1,4 +1,4 @@
-// kv_store, paged_attention, add, split and permute_columns kernels on the
+// kv_store, rope_kv_store, paged_attention, add, split and permute_columns kernels on the
 // CPU through the host emulation, against double-precision references of
 // PROGRAM.md's semantics (causal GQA over a paged cache, sliding window).
 
@@ -244,6 +244,97 @@ TEST(AttentionKernel, Int8KvStoreHoldsTheCpuCodes) {
   EXPECT_EQ(kc[r1 * hd + 2], -4); // -3.5 too
 }
 
+/// The fused rope_kv_store kernel against rope (q), rope (k) and kv_store run one after the
+/// other: the same q, cache and scales, bit for bit. GQA 6/3, a padding row, a grid smaller than
+/// the rows, positions up to 70000 (large angles).
+void checkRopeKvStore(const std::string &style, const std::string &kvDtype) {
+  SCOPED_TRACE(style + "/" + kvDtype);
+  const int H = 6, Hkv = 3, hd = 10, bs = 4, blocks = 5, T = 4;
+  const int qw = H * hd, kvw = Hkv * hd, w = qw + 2 * kvw;
+  const bool i8 = kvDtype == "int8";
+  llmc::RopeParams rope;
+  rope.headDim = hd;
+  rope.theta = 500000.0;
+  rope.style = style;
+  rope.ropeType = "llama3";
+  rope.factor = 8.0;
+  rope.lowFreqFactor = 1.0;
+  rope.highFreqFactor = 4.0;
+  rope.originalMaxPosition = 64;
+  llmc::RopeParams ropeQ = rope, ropeK = rope;
+  ropeQ.numHeads = H;
+  ropeK.numHeads = Hkv;
+  const llmc::KvCacheParams cache{Hkv, hd, bs, kvDtype};
+  auto fusedSpec = llmc::emitRopeKvStoreKernel({ropeQ, cache});
+  auto qSpec = llmc::emitRopeKernel(ropeQ), kSpec = llmc::emitRopeKernel(ropeK);
+  auto storeSpec = llmc::emitKvStoreKernel(cache);
+  ASSERT_TRUE(fusedSpec.ok()) << fusedSpec.status().to_string();
+  ASSERT_TRUE(qSpec.ok() && kSpec.ok() && storeSpec.ok());
+  EXPECT_EQ(fusedSpec->family, "rope_kv_store");
+  EXPECT_EQ(fusedSpec->gridRule, "rows");
+  const std::string elem = i8 ? "signed char" : "float";
+  const std::string scaleParams = i8 ? ", float *ks, float *vs" : "";
+  const std::string scaleArgs = i8 ? ", ks, vs" : "";
+  HostKernel fused(*fusedSpec,
+                   "const float *qkv, const int *pos, const long long *slots, float *q, " + elem + " *kc, " + elem +
+                       " *vc" + scaleParams + ", int T",
+                   "qkv, pos, slots, q, kc, vc" + scaleArgs + ", T");
+  HostKernel rq(*qSpec, "const float *x, const int *pos, float *out, int T", "x, pos, out, T");
+  HostKernel rk(*kSpec, "const float *x, const int *pos, float *out, int T", "x, pos, out, T");
+  HostKernel store(*storeSpec,
+                   "const float *k, const float *v, const long long *slots, " + elem + " *kc, " + elem + " *vc" +
+                       scaleParams + ", int T",
+                   "k, v, slots, kc, vc" + scaleArgs + ", T");
+  ASSERT_TRUE(fused.ok()) << fused.error();
+  ASSERT_TRUE(rq.ok() && rk.ok() && store.ok()) << rq.error() << rk.error() << store.error();
+
+  const std::vector<float> qkv = randomVector(size_t(T) * w, 71);
+  const std::vector<int> pos = {3, 0, 7, 70000};
+  const std::vector<long long> slots = {9, 0, -1, 19};
+  // The unfused steps' inputs: the split's columns.
+  std::vector<float> q(size_t(T) * qw), k(size_t(T) * kvw), v(size_t(T) * kvw);
+  for (int t = 0; t < T; ++t) {
+    std::copy_n(&qkv[size_t(t) * w], qw, &q[size_t(t) * qw]);
+    std::copy_n(&qkv[size_t(t) * w + qw], kvw, &k[size_t(t) * kvw]);
+    std::copy_n(&qkv[size_t(t) * w + qw + kvw], kvw, &v[size_t(t) * kvw]);
+  }
+  const size_t rows = size_t(blocks) * Hkv * bs, bytes = rows * hd * (i8 ? 1 : 4);
+  std::vector<unsigned char> kc(bytes, 7), vc(bytes, 7), wantK(bytes, 7), wantV(bytes, 7);
+  std::vector<float> ks(rows, -1.0f), vs(rows, -1.0f), wantKs(rows, -1.0f), wantVs(rows, -1.0f);
+  std::vector<float> qOut(q.size(), -9.0f), wantQ(q.size(), -9.0f), kRot(k.size());
+  using RopeFn = void (*)(const float *, const int *, float *, int, unsigned);
+  rq.get<RopeFn>()(q.data(), pos.data(), wantQ.data(), T, 3);
+  rk.get<RopeFn>()(k.data(), pos.data(), kRot.data(), T, 3);
+  if (i8) {
+    using Fused = void (*)(const float *, const int *, const long long *, float *, void *, void *, float *, float *,
+                           int, unsigned);
+    using Store = void (*)(const float *, const float *, const long long *, void *, void *, float *, float *, int,
+                           unsigned);
+    store.get<Store>()(kRot.data(), v.data(), slots.data(), wantK.data(), wantV.data(), wantKs.data(),
+                       wantVs.data(), T, 3);
+    fused.get<Fused>()(qkv.data(), pos.data(), slots.data(), qOut.data(), kc.data(), vc.data(), ks.data(),
+                       vs.data(), T, 3);
+  } else {
+    using Fused = void (*)(const float *, const int *, const long long *, float *, void *, void *, int, unsigned);
+    using Store = void (*)(const float *, const float *, const long long *, void *, void *, int, unsigned);
+    store.get<Store>()(kRot.data(), v.data(), slots.data(), wantK.data(), wantV.data(), T, 3);
+    fused.get<Fused>()(qkv.data(), pos.data(), slots.data(), qOut.data(), kc.data(), vc.data(), T, 3);
+  }
+  EXPECT_TRUE(bitEqual(qOut, wantQ));
+  EXPECT_EQ(std::memcmp(kc.data(), wantK.data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(vc.data(), wantV.data(), bytes), 0);
+  EXPECT_TRUE(bitEqual(ks, wantKs));
+  EXPECT_TRUE(bitEqual(vs, wantVs));
+  // The store really happened (and not for the padding row): slot 19 of token 3 holds data.
+  EXPECT_NE(std::memcmp(kc.data(), std::vector<unsigned char>(bytes, 7).data(), bytes), 0);
+}
+
+TEST(AttentionKernel, RopeKvStoreEqualsRopeThenKvStore) {
+  for (const char *style : {"neox", "interleaved"})
+    for (const char *kv : {"f32", "int8"})
+      checkRopeKvStore(style, kv);
+}
+
 TEST(AttentionKernel, EmissionErrors) {
   llmc::AttentionParams p;
   p.cache = {2, 64, 16, "f32"};
@@ -261,6 +352,18 @@ TEST(AttentionKernel, EmissionErrors) {
   ASSERT_FALSE(i8.ok());
   EXPECT_EQ(i8.status().code(), llmrt::StatusCode::kUnimplemented);
   EXPECT_FALSE(llmc::emitKvStoreKernel({2, 2048, 16, "f32"}).ok()); // head_dim > 1024
+  llmc::RopeParams rope;
+  rope.numHeads = 5; // not a multiple of the kv heads
+  rope.headDim = 64;
+  EXPECT_FALSE(llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f32"}}).ok());
+  rope.numHeads = 4;
+  EXPECT_TRUE(llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f32"}}).ok());
+  EXPECT_FALSE(llmc::emitRopeKvStoreKernel({rope, {2, 32, 16, "f32"}}).ok()); // head_dim differs
+  auto f16 = llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f16"}});
+  ASSERT_FALSE(f16.ok());
+  EXPECT_EQ(f16.status().code(), llmrt::StatusCode::kUnimplemented);
+  rope.style = "sideways";
+  EXPECT_FALSE(llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f32"}}).ok());
 }
 
 // --- add, split, permute_columns ---------------------------------------------

@@ -199,7 +199,7 @@ TEST_F(EmitterTest, RopeDefaultNeox) {
   EXPECT_EQ(spec.family, "rope");
   EXPECT_EQ(spec.entry.rfind("llm_rope_neox_h9_d64_", 0), 0u) << spec.entry;
   EXPECT_TRUE(contains(spec.source, "constexpr int kHeads = 9;"));
-  EXPECT_TRUE(contains(spec.source, "constexpr int kHeadDim = 64;"));
+  EXPECT_TRUE(contains(spec.source, "constexpr int kHd = 64;"));
   EXPECT_TRUE(contains(spec.source, "constexpr bool kNeox = true;"));
   // inv_freq[0] = 1, inv_freq[1] = 10000^(-2/64), inv_freq[31] = 10000^(-62/64)
   EXPECT_TRUE(contains(spec.source, "{\n    1.00000000e+00f, "))

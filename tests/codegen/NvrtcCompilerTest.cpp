@@ -72,6 +72,15 @@ std::vector<KernelSpec> allFamilies() {
   attn.slidingWindow = 4096;
   add(llmc::emitPagedAttentionKernel(attn));
   add(llmc::emitKvStoreKernel({8, 128, 16, "int8"}));
+  // Llama-3's fused rope + KV write, both caches.
+  llmc::RopeParams llama3;
+  llama3.numHeads = 32;
+  llama3.headDim = 128;
+  llama3.theta = 500000.0;
+  llama3.ropeType = "llama3";
+  llama3.factor = 8.0;
+  add(llmc::emitRopeKvStoreKernel({llama3, {8, 128, 16, "f32"}}));
+  add(llmc::emitRopeKvStoreKernel({llama3, {8, 128, 16, "int8"}}));
   attn.cache.kvDtype = "int8";
   add(llmc::emitPagedAttentionKernel(attn));
   add(llmc::emitAddKernel(4096));

@@ -153,6 +153,15 @@ const std::vector<Variant>& variants() {
   static const std::vector<Variant> v = {
       {"unfused", [](TinyPlanConfig&) {}},
       {"fused", [](TinyPlanConfig& c) { c.fused = true; }},
+      {"rope_kv_store_interleaved_llama3",
+       [](TinyPlanConfig& c) {
+         c.fused = true;
+         c.rope_kv_store = true;
+         c.rope_style = "interleaved";
+         c.rope_type = "llama3";
+         c.rope_factor = 4.0;
+         c.rope_theta = 500.0;
+       }},
       {"fused_bias_qknorm_interleaved_llama3",
        [](TinyPlanConfig& c) {
          c.fused = true;
@@ -265,7 +274,7 @@ TEST_P(ExecutorVariant, BatchInvariantBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, ExecutorVariant, ::testing::Range(0, 5),
+INSTANTIATE_TEST_SUITE_P(Tiny, ExecutorVariant, ::testing::Range(0, static_cast<int>(variants().size())),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::string(variants()[i.param].name);
                          });
@@ -416,6 +425,33 @@ TEST(CpuExecutor, BadPlansAreErrors) {
   };
   for (const BadPlan& c : cases) {
     TinyPlanSpec s = good;
+    c.corrupt(s);
+    Status st = create_from(s);
+    EXPECT_FALSE(st.ok()) << c.name;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << c.name << ": " << st.to_string();
+  }
+  // The fused rope + KV write step.
+  TinyPlanConfig fused_cfg = cfg;
+  fused_cfg.rope_kv_store = true;
+  const TinyPlanSpec fused = testing::make_tiny_plan(fused_cfg);
+  ASSERT_TRUE(create_from(fused).ok()) << create_from(fused).to_string();
+  auto param = [](TinyPlanSpec& s, const char* key) -> testing::TinyParam& {
+    for (auto& p : s.steps[find_step(s, fb::OpKind::RopeKvStore)].params)
+      if (p.key == key) return p;
+    throw std::runtime_error(key);
+  };
+  const std::vector<BadPlan> fused_cases = {
+      {"rope_kv_store heads do not fit the width", [&](TinyPlanSpec& s) { param(s, "num_heads").i = 2; }, "widths"},
+      {"rope_kv_store heads not a multiple of kv heads", [&](TinyPlanSpec& s) { param(s, "num_heads").i = 3; },
+       "multiple"},
+      {"rope_kv_store layer out of range", [&](TinyPlanSpec& s) { param(s, "layer").i = 9; }, "layer"},
+      {"rope_kv_store rope type", [&](TinyPlanSpec& s) { param(s, "rope_type").s = "yarn"; }, "yarn"},
+      {"rope_kv_store head_dim", [&](TinyPlanSpec& s) { param(s, "head_dim").i = 4; }, "head_dim"},
+      {"rope_kv_store reads tokens as positions",
+       [](TinyPlanSpec& s) { s.steps[find_step(s, fb::OpKind::RopeKvStore)].inputs[1] = 0; }, "position input"},
+  };
+  for (const BadPlan& c : fused_cases) {
+    TinyPlanSpec s = fused;
     c.corrupt(s);
     Status st = create_from(s);
     EXPECT_FALSE(st.ok()) << c.name;

@@ -701,5 +701,69 @@ TEST(KvStore, WritesBlockHeadSlotDimLayout) {
   EXPECT_EQ(written, size_t(kvw));
 }
 
+// rope_kv_store is rope (q), rope (k) and kv_store in one pass: the same bits in q and in the
+// cache, f32 and int8, both styles; padding rows rotate q and store nothing.
+TEST(RopeKvStore, EqualsRopeThenKvStore) {
+  const int H = 6, Hkv = 3, hd = 10, bs = 4, T = 5;
+  const int64_t blocks = 6;
+  const int qw = H * hd, kvw = Hkv * hd, w = qw + 2 * kvw;
+  ThreadPool pool(2);
+  cpu::RopeConfig rc;
+  rc.head_dim = hd;
+  rc.theta = 500000.0;
+  auto inv = cpu::rope_inv_freq(rc);
+  ASSERT_TRUE(inv.ok());
+  const auto qkv = random_vec(size_t(T) * w, 121);
+  const std::vector<int32_t> pos = {0, 5, 6, 900, 70000};
+  const std::vector<int64_t> slots = {0, 5, -1, 23, 7};
+  std::vector<float> q(size_t(T) * qw), k(size_t(T) * kvw), v(size_t(T) * kvw);
+  for (int t = 0; t < T; ++t) {
+    std::copy_n(&qkv[size_t(t) * w], qw, &q[size_t(t) * qw]);
+    std::copy_n(&qkv[size_t(t) * w + qw], kvw, &k[size_t(t) * kvw]);
+    std::copy_n(&qkv[size_t(t) * w + qw + kvw], kvw, &v[size_t(t) * kvw]);
+  }
+  const size_t rows = size_t(blocks) * Hkv * bs;
+  for (bool interleaved : {false, true})
+    for (bool i8 : {false, true}) {
+      SCOPED_TRACE(std::string(interleaved ? "interleaved" : "neox") + (i8 ? " int8" : " f32"));
+      struct Cache {
+        std::vector<float> k, v, ks, vs;
+        std::vector<int8_t> k8, v8;
+      } want, got;
+      auto layer = [&](Cache& c) {
+        cpu::KvLayer kv;
+        kv.num_blocks = blocks, kv.num_kv_heads = Hkv, kv.block_size = bs, kv.head_dim = hd;
+        if (i8) {
+          c.k8.assign(rows * hd, 3), c.v8.assign(rows * hd, 3), c.ks.assign(rows, -1), c.vs.assign(rows, -1);
+          kv.k8 = c.k8.data(), kv.v8 = c.v8.data(), kv.ks = c.ks.data(), kv.vs = c.vs.data();
+        } else {
+          c.k.assign(rows * hd, -5), c.v.assign(rows * hd, -5);
+          kv.k = c.k.data(), kv.v = c.v.data();
+        }
+        return kv;
+      };
+      std::vector<float> want_q(q.size()), k_rot(k.size()), got_q(q.size(), 9.0f);
+      cpu::rope(q.data(), T, H, hd, pos.data(), inv->data(), interleaved, want_q.data(), pool);
+      cpu::rope(k.data(), T, Hkv, hd, pos.data(), inv->data(), interleaved, k_rot.data(), pool);
+      cpu::kv_store(k_rot.data(), v.data(), T, slots.data(), layer(want), pool);
+      cpu::rope_kv_store(qkv.data(), T, H, pos.data(), inv->data(), interleaved, slots.data(), layer(got),
+                         got_q.data(), pool);
+      EXPECT_EQ(std::memcmp(got_q.data(), want_q.data(), q.size() * sizeof(float)), 0);
+      EXPECT_EQ(got.k, want.k);
+      EXPECT_EQ(got.v, want.v);
+      EXPECT_EQ(got.k8, want.k8);
+      EXPECT_EQ(got.v8, want.v8);
+      EXPECT_EQ(got.ks, want.ks);
+      EXPECT_EQ(got.vs, want.vs);
+      // Rows 0, 1, 3 and 4 were stored (row 2 is padding); the rotation changed k at position 5.
+      if (!i8) {
+        const size_t at = ((5 / bs * Hkv + 0) * bs + 5 % bs) * hd;  // token 1, head 0
+        EXPECT_NE(got.k[at + 1], k[kvw + 1]);
+        EXPECT_EQ(got.v[at + 1], v[kvw + 1]);
+        EXPECT_EQ(std::count(got.k.begin(), got.k.end(), -5.0f), std::ptrdiff_t((rows - 4 * Hkv) * hd));
+      }
+    }
+}
+
 }  // namespace
 }  // namespace llmrt

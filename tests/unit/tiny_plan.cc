@@ -85,8 +85,7 @@ class Builder {
     step(fb::OpKind::Add, {x, residual}, {sum}, {}, {}, name + ".add");
     return {rms_norm(sum, w, name + ".normed"), sum};
   }
-  int rope(int x, int heads, const std::string& name) {
-    const int y = value(name, spec_.values[x].width);
+  std::vector<TinyParam> rope_params(int heads) {
     std::vector<TinyParam> p = {I("num_heads", heads), I("head_dim", c_.head_dim),
                                 F("theta", c_.rope_theta), S("style", c_.rope_style),
                                 S("rope_type", c_.rope_type)};
@@ -96,7 +95,11 @@ class Builder {
       p.push_back(F("high_freq_factor", c_.rope_high_freq_factor));
       p.push_back(I("original_max_position", c_.rope_original_max_position));
     }
-    step(fb::OpKind::Rope, {x, 1}, {y}, {}, p, name);
+    return p;
+  }
+  int rope(int x, int heads, const std::string& name) {
+    const int y = value(name, spec_.values[x].width);
+    step(fb::OpKind::Rope, {x, 1}, {y}, {}, rope_params(heads), name);
     return y;
   }
 
@@ -137,18 +140,30 @@ class Builder {
         h = n;
         residual = s;
       }
+      std::vector<TinyParam> cache = {I("layer", l), I("num_kv_heads", Hkv), I("head_dim", hd),
+                                      I("block_size", c_.block_size), S("kv_dtype", c_.kv_int8 ? "int8" : "f32"),
+                                      S("layout", "block_head_slot_dim")};
       int q, k, v;
       if (c_.fused) {
         const int wqkv = concat(pre + "self_attn.qkv_proj.weight", {wq, wk, wv});
         const int bqkv = c_.qkv_bias ? concat(pre + "self_attn.qkv_proj.bias", {bq, bk, bv}) : -1;
         const int qkv = linear(h, wqkv, bqkv, pre + "qkv");
-        q = value(pre + "q", H * hd);
-        k = value(pre + "k", Hkv * hd);
-        v = value(pre + "v", Hkv * hd);
-        TinyParam sizes;
-        sizes.key = "sizes";
-        sizes.ints = {H * hd, Hkv * hd, Hkv * hd};
-        step(fb::OpKind::Split, {qkv}, {q, k, v}, {}, {sizes}, pre + "split");
+        if (c_.rope_kv_store && !c_.qk_norm) {
+          q = value(pre + "q_rope", H * hd);
+          std::vector<TinyParam> p = rope_params(H);
+          for (const TinyParam& c : cache)
+            if (c.key != "head_dim") p.push_back(c);  // already a rope param
+          step(fb::OpKind::RopeKvStore, {qkv, 1}, {q}, {}, p, pre + "rope_kv_store");
+          k = v = -1;
+        } else {
+          q = value(pre + "q", H * hd);
+          k = value(pre + "k", Hkv * hd);
+          v = value(pre + "v", Hkv * hd);
+          TinyParam sizes;
+          sizes.key = "sizes";
+          sizes.ints = {H * hd, Hkv * hd, Hkv * hd};
+          step(fb::OpKind::Split, {qkv}, {q, k, v}, {}, {sizes}, pre + "split");
+        }
       } else {
         q = linear(h, wq, bq, pre + "q");
         k = linear(h, wk, bk, pre + "k");
@@ -158,12 +173,11 @@ class Builder {
         q = rms_norm(q, qn, pre + "q_norm");
         k = rms_norm(k, kn, pre + "k_norm");
       }
-      q = rope(q, H, pre + "q_rope");
-      k = rope(k, Hkv, pre + "k_rope");
-      std::vector<TinyParam> cache = {I("layer", l), I("num_kv_heads", Hkv), I("head_dim", hd),
-                                      I("block_size", c_.block_size), S("kv_dtype", c_.kv_int8 ? "int8" : "f32"),
-                                      S("layout", "block_head_slot_dim")};
-      step(fb::OpKind::KvStore, {k, v}, {}, {}, cache, pre + "kv_store");
+      if (k >= 0) {
+        q = rope(q, H, pre + "q_rope");
+        k = rope(k, Hkv, pre + "k_rope");
+        step(fb::OpKind::KvStore, {k, v}, {}, {}, cache, pre + "kv_store");
+      }
       const int o = value(pre + "attn", H * hd);
       auto attn_params = cache;
       attn_params.push_back(I("num_heads", H));

@@ -29,6 +29,8 @@ struct TinyPlanConfig {
   /// true: fused QKV (weight concat + Split), fused gate_up SiluMul, AddRmsNorm.
   /// false: separate q/k/v and gate/up linears, Add + RmsNorm.
   bool fused = false;
+  /// With fused (and no qk_norm): one RopeKvStore step in place of Split, Rope, Rope, KvStore.
+  bool rope_kv_store = false;
   bool qkv_bias = false;       // Qwen2-style q/k/v biases
   bool qk_norm = false;        // Qwen3-style per-head RMSNorm of q and k (grouped RmsNorm)
   bool tie_embeddings = false;

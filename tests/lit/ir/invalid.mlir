@@ -549,3 +549,33 @@ func.func @permute_columns_result(%x: tensor<?x4xf32>) {
   %y = llm.permute_columns %x perm [0, 1, 2, 3] : tensor<?x4xf32> -> tensor<?x8xf32>
   return
 }
+
+// -----
+
+func.func @rope_kv_store_width(%qkv: tensor<?x96xf32>, %p: tensor<?xi32>, %kv: !llm.kv_cache, %b: !llm.batch) {
+  // expected-error @+1 {{qkv width 96 must equal (num_heads + 2 * num_kv_heads) * head_dim = (4 + 2 * 2) * 16}}
+  %q, %kv1 = llm.rope_kv_store %qkv, %p, %kv, %b {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64,
+                                                   head_dim = 16 : i64, theta = 10000.0 : f64}
+      : tensor<?x96xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_kv_store_groups(%qkv: tensor<?x176xf32>, %p: tensor<?xi32>, %kv: !llm.kv_cache, %b: !llm.batch) {
+  // expected-error @+1 {{num_heads 5 must be a multiple of num_kv_heads 3}}
+  %q, %kv1 = llm.rope_kv_store %qkv, %p, %kv, %b {layer = 0 : i64, num_heads = 5 : i64, num_kv_heads = 3 : i64,
+                                                   head_dim = 16 : i64, theta = 10000.0 : f64}
+      : tensor<?x176xf32>, tensor<?xi32> -> tensor<?x80xf32>
+  return
+}
+
+// -----
+
+func.func @rope_kv_store_rope_type(%qkv: tensor<?x128xf32>, %p: tensor<?xi32>, %kv: !llm.kv_cache, %b: !llm.batch) {
+  // expected-error @+1 {{rope_type must be 'default', 'linear' or 'llama3', got 'yarn'}}
+  %q, %kv1 = llm.rope_kv_store %qkv, %p, %kv, %b {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64,
+                                                   head_dim = 16 : i64, theta = 10000.0 : f64, rope_type = "yarn"}
+      : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  return
+}

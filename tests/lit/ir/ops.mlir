@@ -92,3 +92,15 @@ func.func @every_op(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
   %logits = llm.logits %d2, %lm, %batch : (tensor<?x64xf32>, tensor<256x64xf32>, !llm.batch) -> tensor<?x256xf32>
   return %logits : tensor<?x256xf32>
 }
+
+// CHECK-LABEL: func.func @rope_kv_store
+func.func @rope_kv_store(%qkv: tensor<?x128xf32>, %positions: tensor<?xi32>, %batch: !llm.batch,
+                         %kv: !llm.kv_cache) -> (tensor<?x64xf32>, !llm.kv_cache) {
+  // CHECK: %[[Q:.*]], %[[KV:.*]] = llm.rope_kv_store %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f32", layer = 2 : i64, layout = "block_head_slot_dim", num_heads = 4 : i64, num_kv_heads = 2 : i64, style = "interleaved", theta = 1.000000e+04 : f64} : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %q, %kv1 = llm.rope_kv_store %qkv, %positions, %kv, %batch {layer = 2 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64,
+                                                               head_dim = 16 : i64, theta = 10000.0 : f64, style = "interleaved",
+                                                               block_size = 16 : i64, kv_dtype = "f32", layout = "block_head_slot_dim"}
+      : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  // CHECK: return %[[Q]], %[[KV]]
+  return %q, %kv1 : tensor<?x64xf32>, !llm.kv_cache
+}

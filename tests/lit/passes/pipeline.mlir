@@ -5,8 +5,8 @@
 // The whole pipeline on one Llama layer.
 // CHECK: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f32", layout = "block_head_slot_dim", num_kv_heads = 2 : i64, num_layers = 1 : i64}, llm.weight_layout = "cpu_interleaved8"}
 // CHECK: func.func @forward{{.*}} attributes {llm.arena_bytes_per_token = {{[0-9]+}} : i64}
-// CHECK: llm.split {{.*}} sizes [64, 32, 32]
-// CHECK: llm.kv_store {{.*}}block_size = 16
+// CHECK: llm.linear {{.*}} -> tensor<?x128xf32>
+// CHECK-NEXT: llm.rope_kv_store {{.*}}block_size = 16{{.*}}llm.arena_offsets
 // CHECK: llm.add_rms_norm
 // CHECK: llm.silu_mul %{{.*}} {llm.arena_offsets = [{{[0-9]+}}]} : (tensor<?x256xf32>) -> tensor<?x128xf32>
 // CHECK: llm.add_rms_norm
@@ -14,6 +14,8 @@
 
 // PARTIAL: llm.kv_spec = {block_size = 32 : i64
 // PARTIAL-NOT: llm.split
+// PARTIAL-NOT: llm.rope_kv_store
+// PARTIAL: llm.kv_store {{.*}}block_size = 32
 // PARTIAL-NOT: llm.arena
 // PARTIAL: llm.silu_mul %{{.*}} : (tensor<?x256xf32>) -> tensor<?x128xf32>
 
