@@ -105,11 +105,39 @@ __device__ __forceinline__ float halfToFloat(unsigned h) {
 __device__ __forceinline__ float bf16ToFloat(unsigned h) {
   return __uint_as_float(h << 16);
 }
+// 16 bytes, for one vector load (ld.global.v4) where the address is 16-byte aligned.
+struct alignas(16) Vec16 {
+  unsigned u[4];
+};
+// The 4 floats at p (16-byte aligned).
+__device__ __forceinline__ void loadFloat4(const float *p, float out[4]) {
+  const Vec16 v = *reinterpret_cast<const Vec16 *>(p);
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    out[c] = __uint_as_float(v.u[c]);
+}
 } // namespace
 )cuda";
 
 constexpr const char *kDenseConstants = R"cuda(namespace {
 constexpr int kWeightType = ${WEIGHT_TYPE}; // 0 f16, 1 bf16, 2 f32
+constexpr int kWeightBytes = kWeightType == 2 ? 4 : 2;
+constexpr int kWeightVec = 16 / kWeightBytes; // elements per 16-byte load
+
+// Elements i .. i + kWeightVec - 1 of the weight in one 16-byte load (i * kWeightBytes a multiple
+// of 16 from a 16-byte aligned w).
+__device__ __forceinline__ void weightVec(const unsigned char *w, long long i, float out[kWeightVec]) {
+  const Vec16 v = *reinterpret_cast<const Vec16 *>(w + i * kWeightBytes);
+#pragma unroll
+  for (int e = 0; e < kWeightVec; ++e) {
+    if (kWeightType == 2) {
+      out[e] = __uint_as_float(v.u[e]);
+    } else {
+      const unsigned h = (v.u[e / 2] >> (16 * (e % 2))) & 0xffffu;
+      out[e] = kWeightType == 0 ? halfToFloat(h) : bf16ToFloat(h);
+    }
+  }
+}
 
 __device__ __forceinline__ float weightAt(const unsigned char *w, long long i) {
   if (kWeightType == 2)

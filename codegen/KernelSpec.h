@@ -20,8 +20,10 @@
 //     Every kernel walks its work items with a grid-stride loop, so any
 //     gridDim.x >= 1 is correct (a runtime may cap the grid); gridDim.y/z = 1;
 //   * dynamic shared memory is `sharedMemBytes`;
-//   * all tensors are dense row-major fp32 (ids/positions i32), pointers need
-//     only 4-byte alignment; T is the last kernel argument (`int T`), T >= 0.
+//   * all tensors are dense row-major fp32 (ids/positions i32), pointers 16-byte
+//     aligned (linear/logits read weights and activations in 16-byte loads; the
+//     runtime's tensors and arena values are 256- and 64-byte aligned); T is the
+//     last kernel argument (`int T`), T >= 0.
 //
 // Kernel parameters per family (in order):
 //   embedding     (const int *tokens, const float *table, float *out, int T)

@@ -13,7 +13,9 @@
 //     the four lanes of a row finish the sum with two xor shuffles.
 //   * dense f32 / f16 / bf16 weights [N, K] (row-major): an item is one
 //     output row times a chunk of kTokens activation rows; lanes stride over
-//     K and a five-step xor shuffle tree finishes the sum.
+//     K in 16-byte loads (8 bf16/f16 weights and the activations they meet;
+//     one element per load for f32 weights or K not a multiple of 8) and a
+//     five-step xor shuffle tree finishes the sum.
 //
 // Both accumulate in f32 in an order fixed by the sizes only (each lane in
 // index order, then the shuffle tree), never by the grid or the batch's other
@@ -137,9 +139,29 @@ __device__ __forceinline__ float codeToFloat(unsigned c) {
   return __uint_as_float(0x4B000000u | c) - 8388608.0f;
 }
 
-// Sub-block j of span `span` of the lane's bytes `mine`: its 8 weights (row n of the tile)
+// The lane's codes in a span, as 32-bit words: m <= 4 sub-blocks of kW bytes, kW / 4 words each
+// (words[j * kW / 4 ..] for sub-block j). A whole span's 16 (int4) or 32 (int8) bytes come in
+// 16-byte loads where the layout keeps them aligned (every real model's shapes).
+constexpr bool kVectorCodes = kCodesAt % 16 == 0 && kTileBytes % 16 == 0 && kSpanBytes % 16 == 0;
+__device__ __forceinline__ void loadCodes(const unsigned char *mine, int m, unsigned words[kW]) {
+  if (kVectorCodes && m == 4) {
+#pragma unroll
+    for (int c = 0; c < kW / 4; ++c) {
+      const Vec16 v = reinterpret_cast<const Vec16 *>(mine)[c];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        words[4 * c + e] = v.u[e];
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kW; ++i)
+    words[i] = i < m * kW / 4 ? reinterpret_cast<const unsigned *>(mine)[i] : 0u;
+}
+
+// Sub-block j of span `span`, the lane's words `w` of it (registers or memory): its 8 weights (row n of the tile)
 // dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
-__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned char *mine,
+__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w,
                                                 int span, int j, int n, int q, float v[8], int at[8]) {
   const int k0 = span * 128 + j * 32; // this sub-block's first element
   const int g = k0 / kGroup;          // sub-blocks never straddle groups
@@ -152,7 +174,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
   else
     lo = kBits == 4 ? -8.0f * d : 0.0f;
   if (kBits == 4) {
-    const unsigned word = *reinterpret_cast<const unsigned *>(mine + j * 4);
+    const unsigned word = w[0];
     // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
     // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
 #pragma unroll
@@ -164,7 +186,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
   } else {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
-      const unsigned word = *reinterpret_cast<const unsigned *>(mine + j * 8 + 4 * s);
+      const unsigned word = w[s];
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const unsigned c = (word >> (8 * b)) & 255u;
@@ -189,11 +211,15 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
   gemvStart<NT>(x, rows, t0, xr, acc);
   for (int span = 0; span < kSpans; ++span) {
     const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
-    const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
-    for (int j = 0; j < m; ++j) {
+    unsigned words[kW];
+    loadCodes(base + kCodesAt + span * kSpanBytes + lane * m * kW, m, words);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j >= m)
+        break;
       float v[8];
       int at[8]; // element of each value, relative to the sub-block's first
-      dequantSubBlock(base, mine, span, j, n, q, v, at);
+      dequantSubBlock(base, words + j * (kW / 4), span, j, n, q, v, at);
       const int k0 = span * 128 + j * 32;
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
@@ -238,11 +264,12 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
       float acc[kMTiles][4] = {};
       for (int span = 0; span < kSpans; ++span) {
         const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+        // (codes read per sub-block straight from memory: the tiles hold enough registers)
         const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
         for (int j = 0; j < m; ++j) {
           float v[8];
           int at[8];
-          dequantSubBlock(base, mine, span, j, n, q, v, at);
+          dequantSubBlock(base, reinterpret_cast<const unsigned *>(mine + j * kW), span, j, n, q, v, at);
           const int k0 = span * 128 + j * 32;
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
@@ -295,11 +322,32 @@ __device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *
   float acc[NT];
   gemvStart<NT>(x, rows, t0, xr, acc);
   const long long wrow = (long long)row * kK;
-  for (int k = lane; k < kK; k += 32) {
-    const float wv = weightAt(w, wrow + k);
+  if (kWeightType != 2 && kK % kWeightVec == 0) {
+    // 16-byte loads: lane L takes elements 8 L .. 8 L + 7 of every 256, the activations alike
+    // (kK a multiple of 8 keeps the rows 16-byte aligned). f32 weights, a reference storage
+    // rather than a fast one, keep one element per lane and load (ptxas spills the vector form
+    // under any register budget for some shapes).
+    for (int k = lane * kWeightVec; k < kK; k += 32 * kWeightVec) {
+      float wv[kWeightVec];
+      weightVec(w, wrow + k, wv);
 #pragma unroll
-    for (int i = 0; i < NT; ++i)
-      acc[i] += wv * xr[i][k];
+      for (int i = 0; i < NT; ++i) {
+        float xv[kWeightVec];
+#pragma unroll
+        for (int c = 0; c < kWeightVec; c += 4)
+          loadFloat4(xr[i] + k + c, xv + c);
+#pragma unroll
+        for (int e = 0; e < kWeightVec; ++e)
+          acc[i] += wv[e] * xv[e];
+      }
+    }
+  } else {
+    for (int k = lane; k < kK; k += 32) {
+      const float wv = weightAt(w, wrow + k);
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+        acc[i] += wv * xr[i][k];
+    }
   }
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
@@ -313,7 +361,8 @@ __device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *
 }
 } // namespace
 
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
+// ${LAUNCH_BOUNDS_NOTE}
+extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
@@ -398,7 +447,21 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
   body += storage->constants;
   body += kTensorCoreOps;
-  body += storage->dense ? kDenseTemplate : kQuantTemplate;
+  if (storage->dense) {
+    // The CUDA-core half-weight GEMV's register budget, fixed through its minimum blocks per SM
+    // (at most 65536 / (128 x blocks) registers per thread): left to itself ptxas held it at 40
+    // registers and spilled values of the 16-byte loads (sm_86 - sm_90); 8 blocks (64 registers)
+    // compile without spills on sm_80 - sm_90 for Llama-3-8B's shapes. The f32 GEMV (scalar
+    // loads) and the tensor-core tiles keep ptxas' own choice.
+    const bool budget = !p.tensorCores && storage->denseType != 2;
+    const std::string bounds = budget ? "kWarps * 32, 8" : "kWarps * 32";
+    body += detail::substitute(kDenseTemplate,
+                               {{"LAUNCH_BOUNDS", bounds},
+                                {"LAUNCH_BOUNDS_NOTE", budget ? "register budget: 65536 / (128 x blocks)"
+                                                              : "register budget: ptxas' choice"}});
+  } else {
+    body += kQuantTemplate;
+  }
   prefix += "_" + storage->tag;
   // warps' work items per token chunk
   const int64_t items = storage->dense ? p.n : (p.n + 7) / 8;

@@ -167,6 +167,22 @@ TEST(LinearKernel, DenseWeightsBiasAndGatheredRows) {
     p.bias = true;
     checkLinear(p, w, 1);
   }
+  // Widths whose rows split into 16-byte loads (8 half weights per lane and load), the last pass
+  // of the warp only partly filled: 136 = 17 x 8; f32 weights (one per load) at 520.
+  for (const char *type : {"f16", "bf16"}) {
+    llmc::LinearParams p;
+    p.n = 9;
+    p.k = 136;
+    p.weight = type;
+    checkLinear(p, denseWeight(type, 9, 136, 23), 6);
+  }
+  {
+    llmc::LinearParams p;
+    p.n = 5;
+    p.k = 520;
+    p.weight = "f32";
+    checkLinear(p, denseWeight("f32", 5, 520, 24), 4);
+  }
   // Logits: rows gathered, quantized and dense.
   llmc::LinearParams p;
   p.gatherRows = true;
