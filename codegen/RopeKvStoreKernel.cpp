@@ -38,12 +38,18 @@ constexpr int kQWidth = kH * kHd;
 constexpr int kKvWidth = kHkv * kHd;
 constexpr int kWidth = kQWidth + 2 * kKvWidth;
 ${ROTATION}${ROW_STORE}
-// The q columns of the row at src, rotated into q.
-__device__ __forceinline__ void rotateQ(const float *src, float *q, float pos) {
+// Rotates row `row`'s q columns into q_out; gives the row (src), its position and its cache
+// slot (the return value; < 0 for padding: nothing to store).
+__device__ __forceinline__ long long startRow(const float *qkv, const int *positions, const long long *kv_slots,
+                                              float *q_out, int row, const float **src, float *pos) {
+  *pos = (float)positions[row];
+  *src = qkv + (long long)row * kWidth;
+  float *q = q_out + (long long)row * kQWidth;
   for (int p = threadIdx.x; p < kH * kHalf; p += kBlock) {
     const int head = p / kHalf;
-    rotatePair(src + head * kHd, q + head * kHd, p - head * kHalf, pos);
+    rotatePair(*src + head * kHd, q + head * kHd, p - head * kHalf, *pos);
   }
+  return kv_slots[row];
 }
 } // namespace
 )cuda";
@@ -56,10 +62,9 @@ ${ENTRY}(const float *__restrict__ qkv, const int *__restrict__ positions,
          const long long *__restrict__ kv_slots, float *__restrict__ q_out,
          float *__restrict__ k_cache, float *__restrict__ v_cache, int T) {
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
-    const float pos = (float)positions[row];
-    const float *src = qkv + (long long)row * kWidth;
-    rotateQ(src, q_out + (long long)row * kQWidth, pos);
-    const long long slot = kv_slots[row];
+    const float *src;
+    float pos;
+    const long long slot = startRow(qkv, positions, kv_slots, q_out, row, &src, &pos);
     if (slot < 0)
       continue; // padding: q only
     const long long block = slot / kBs, offset = slot % kBs;
@@ -88,10 +93,9 @@ ${ENTRY}(const float *__restrict__ qkv, const int *__restrict__ positions,
          float *__restrict__ k_scales, float *__restrict__ v_scales, int T) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
-    const float pos = (float)positions[row];
-    const float *src = qkv + (long long)row * kWidth;
-    rotateQ(src, q_out + (long long)row * kQWidth, pos);
-    const long long slot = kv_slots[row];
+    const float *src;
+    float pos;
+    const long long slot = startRow(qkv, positions, kv_slots, q_out, row, &src, &pos);
     if (slot < 0)
       continue; // padding: q only
     const long long block = slot / kBs, offset = slot % kBs;

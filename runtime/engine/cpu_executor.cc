@@ -496,8 +496,13 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     return ok_status();
   };
 
-  // Rotation params (Rope, RopeKvStore): num_heads, head_dim and the inverse frequencies.
+  // Rope and RopeKvStore: inputs [x, positions], one output; num_heads, head_dim and the inverse
+  // frequencies.
   auto rope_params = [&]() -> Status {
+    RETURN_IF_ERROR(arity(2, 1));
+    if (st->in[1] != position_input_)
+      return invalid_argument(where + ": the second input must be the program's position input");
+    RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
     int64_t heads = 0, hd = 0;
     RETURN_IF_ERROR(int_param("num_heads", &heads));
     RETURN_IF_ERROR(int_param("head_dim", &hd));
@@ -625,24 +630,16 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
       return ok_status();
     }
     case fb::OpKind::Rope: {
-      RETURN_IF_ERROR(arity(2, 1));
-      if (st->in[1] != position_input_)
-        return invalid_argument(where + ": the second input must be the program's position input");
-      RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
-      RETURN_IF_ERROR(same_width(st->in[0], st->out[0]));
       RETURN_IF_ERROR(rope_params());
+      RETURN_IF_ERROR(same_width(st->in[0], st->out[0]));
       if (int64_t{st->num_heads} * st->head_dim != width(st->in[0]))
         return invalid_argument(where + ": num_heads x head_dim = " + str(st->num_heads) + " x " +
                                 str(st->head_dim) + " does not match width " + str(width(st->in[0])));
       return ok_status();
     }
     case fb::OpKind::RopeKvStore: {
-      RETURN_IF_ERROR(arity(2, 1));
-      if (st->in[1] != position_input_)
-        return invalid_argument(where + ": the second input must be the program's position input");
-      RETURN_IF_ERROR(require_acts({st->in[0], st->out[0]}));
-      RETURN_IF_ERROR(cache_params(false));
       RETURN_IF_ERROR(rope_params());
+      RETURN_IF_ERROR(cache_params(false));
       if (st->head_dim != head_dim_)
         return invalid_argument(where + ": the rotation's head_dim differs from the KV spec's");
       if (st->num_heads % num_kv_heads_ != 0)
