@@ -99,6 +99,16 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     if (!validated.ok()) return validated.status();
     vocab_size_ = (*validated)->vocab_size();
   }
+  // The kernels read activations in 16-byte loads (codegen/KernelSpec.h); plan-memory aligns to 64.
+  {
+    const fb::Program* prog = plan.program("forward");
+    for (int i = 0; i < static_cast<int>(prog->values()->size()); ++i) {
+      const uint64_t offset = prog->values()->Get(i)->offset_per_row();
+      if (i != prog->token_input() && i != prog->position_input() && i != prog->output() && offset % 16 != 0)
+        return invalid_argument("value " + std::to_string(i) + ": arena offset " + std::to_string(offset) +
+                                " per row is not a multiple of 16 bytes (the kernels' loads)");
+    }
+  }
   const fb::Plan& p = plan.fb();
   const fb::KvSpec* kv = p.kv();
   const fb::MemoryPlan* mem = p.memory();
@@ -257,15 +267,10 @@ Status CudaExecutor::decode(const Plan& plan) {
   output_ = prog->output();
   const int num_values = static_cast<int>(prog->values()->size());
   value_offset_.assign(static_cast<size_t>(num_values), kNotInArena);
-  for (int i = 0; i < num_values; ++i) {
-    if (i == token_input_ || i == position_input_ || i == output_) continue;
-    const uint64_t offset = prog->values()->Get(i)->offset_per_row();
-    // The kernels read activations in 16-byte loads (codegen/KernelSpec.h); plan-memory aligns to 64.
-    if (offset % 16 != 0)
-      return invalid_argument("value " + std::to_string(i) + ": arena offset " + std::to_string(offset) +
-                              " per row is not a multiple of 16 bytes");
-    value_offset_[static_cast<size_t>(i)] = offset * static_cast<uint64_t>(max_tokens_);
-  }
+  for (int i = 0; i < num_values; ++i)
+    if (i != token_input_ && i != position_input_ && i != output_)
+      value_offset_[static_cast<size_t>(i)] =
+          prog->values()->Get(i)->offset_per_row() * static_cast<uint64_t>(max_tokens_);
   const int num_kernels = p.kernels() ? static_cast<int>(p.kernels()->size()) : 0;
   const int num_steps = static_cast<int>(prog->steps()->size());
   auto launch = [&](int index, Launch* l) -> Status {

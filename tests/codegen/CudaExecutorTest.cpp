@@ -10,6 +10,7 @@
 #include "runtime/engine/cpu_executor.h"
 #include "runtime/plan/plan_file.h"
 #include "runtime/sampler/logits_summary.h"
+#include "tests/unit/tiny_plan.h"
 
 #include "codegen/KernelSource.h"
 
@@ -611,6 +612,27 @@ TEST(CudaExecutor, RefusesPlansItCannotRun) {
   auto ex = cuda::CudaExecutor::create(**plan, &tiny, {});
   ASSERT_FALSE(ex.ok());
   EXPECT_EQ(ex.status().code(), llmrt::StatusCode::kResourceExhausted) << ex.status().to_string();
+}
+
+TEST(CudaExecutor, RefusesArenaValuesOffTheKernelsAlignment) {
+  // The kernels read activations in 16-byte loads (codegen/KernelSpec.h). One activation moved to
+  // a 4-byte aligned place past the arena's end: the CPU backend runs such a plan, the CUDA
+  // executor names the value instead of faulting on the device.
+  llmrt::testing::TinyPlanConfig cfg;
+  llmrt::testing::TinyPlanSpec spec = llmrt::testing::make_tiny_plan(cfg);
+  const int v = spec.steps[1].outputs[0];
+  spec.values[v].offset_per_row = spec.arena_bytes_per_token + 4;
+  spec.arena_bytes_per_token += 4 * spec.values[v].width + 64;
+  auto plan = llmrt::testing::open_tiny_plan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  llmrt::CpuExecutorOptions cpu;
+  cpu.threads = 1;
+  ASSERT_TRUE(llmrt::CpuExecutor::create(**plan, cpu).ok());
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  auto ex = cuda::CudaExecutor::create(**plan, &driver, {});
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("value " + std::to_string(v)), std::string::npos) << ex.status().message();
+  EXPECT_NE(ex.status().message().find("multiple of 16"), std::string::npos) << ex.status().message();
 }
 
 } // namespace
