@@ -107,6 +107,9 @@ ins, bench, bw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), flo
 total = ins["tensors"]["bytes"]
 vocab, hidden = ins["model"]["vocab_size"], ins["model"]["hidden_size"]
 per_token = total - vocab * hidden * 2  # a decode step reads one row of the (bf16) embedding table
+prog = ins["program"]
+print(f"kernels per decode step: {prog['steps'] + int(prog.get('logits_summary_on_gpu', False))} "
+      f"({', '.join(f'{k} {v}' for k, v in sorted(prog['ops'].items()))})")
 for t in bench["tests"]:
     if t["kind"] not in ("tg", "batch"):  # decode at batch 1, batched decode
         continue
