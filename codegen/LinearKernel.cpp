@@ -361,7 +361,6 @@ __device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *
 }
 } // namespace
 
-// ${LAUNCH_BOUNDS_NOTE}
 extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
@@ -454,11 +453,7 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // compile without spills on sm_80 - sm_90 for Llama-3-8B's shapes. The f32 GEMV (scalar
     // loads) and the tensor-core tiles keep ptxas' own choice.
     const bool budget = !p.tensorCores && storage->denseType != 2;
-    const std::string bounds = budget ? "kWarps * 32, 8" : "kWarps * 32";
-    body += detail::substitute(kDenseTemplate,
-                               {{"LAUNCH_BOUNDS", bounds},
-                                {"LAUNCH_BOUNDS_NOTE", budget ? "register budget: 65536 / (128 x blocks)"
-                                                              : "register budget: ptxas' choice"}});
+    body += detail::substitute(kDenseTemplate, {{"LAUNCH_BOUNDS", budget ? "kWarps * 32, 8" : "kWarps * 32"}});
   } else {
     body += kQuantTemplate;
   }
