@@ -24,7 +24,17 @@
 // the last block of the item to finish (a counter per item, which it resets)
 // combines them in chunk order, so the result does not depend on which block
 // finished last. Contexts of kMinChunk positions or fewer take one chunk and
-// the unsplit path. Tensor-core prefill tiles are the next step of this family.
+// the unsplit path.
+//
+// Prefill (the family's second kernel, AttentionParams::tensorCores; plans launch it for steps
+// of kTiledAttentionMinRows rows or more), FlashAttention-style: a block takes a query tile of
+// one sequence's rows times the heads of a kv head group, 64 (row, head) pairs, and walks the
+// tile's keys in tiles of 32 loaded once into shared memory for all pairs (the per-row kernel
+// reads each K and V row once per row and group): scores Q K^T and the product P V on tensor
+// cores (mma.sync m16n8k8, TF32 operands, f32 accumulation), mask and online softmax in f32 per
+// pair. Query tiles never mix sequences (a decode row in a large step is a tile of its own);
+// the grid counts sequences for that (rule "rows/<c>*<k> + seqs*<k>"). Operands are rounded to
+// 10 mantissa bits, so a row's output depends on which kernel its step ran, within that rounding.
 //
 //===----------------------------------------------------------------------===//
 
@@ -345,6 +355,268 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
 }
 )cuda";
 
+// Tiled prefill attention on tensor cores (AttentionParams::tensorCores; see the file comment).
+constexpr const char *kTiledAttentionTemplate = R"cuda(// llmc kernel: paged_attention tiled on tensor cores, heads=${H} kv_heads=${HKV}
+// head_dim=${HD} block_size=${BS} window=${WINDOW} scale=${SCALE}
+// Params: (const float *q, const ${ELEM} *k_cache, const ${ELEM} *v_cache,${SCALE_PARAMS_DOC}
+//          const int *positions, const int *query_start, const int *block_tables,
+//          int max_blocks, int S, float *out, int T)
+// Launch: blockDim.x = 128, gridDim.x = (ceil(T / ${ROWS}) + S) * ${ITEMS} (grid-stride over
+// (query tile, kv head, head group)).
+namespace {
+constexpr int kH = ${H};
+constexpr int kHkv = ${HKV};
+constexpr int kHd = ${HD};                    // a multiple of 8, at most 128
+constexpr int kBs = ${BS};
+constexpr int kWindow = ${WINDOW};            // 0: none
+constexpr float kScale = ${SCALE};
+constexpr int kGroup = kH / kHkv;             // query heads per kv head
+constexpr int kSub = ${SUB};                  // of them per item: a power of two dividing kGroup, <= 8
+constexpr int kItemsPerTile = kHkv * (kGroup / kSub);
+constexpr int kRows = 64 / kSub;              // query rows per tile: 64 (row, head) pairs, 16 per warp
+constexpr int kKeys = 32;                     // keys per K/V tile
+constexpr int kSteps = kHd / 8;               // k-steps of q . k, n-tiles of the output
+constexpr int kKStride = kHd + 4;             // shared rows padded so fragment reads hit 32 banks
+constexpr int kVStride = kHd + 8;
+constexpr int kPStride = kKeys + 4;
+${CACHE_READ}} // namespace
+${MMA}
+// The step's query tiles are each sequence's rows in runs of kRows, sequence by sequence. Warp 0
+// finds tile `tile`: info = {sequence, first row, rows}, rows 0 past the last tile.
+__device__ __forceinline__ void findTile(const int *query_start, int S, long long tile, int *info) {
+  const int lane = threadIdx.x & 31;
+  long long before = 0; // tiles of the sequences before `base`
+  for (int base = 0; base < S; base += 32) {
+    const int s = base + lane;
+    int tiles = s < S ? (query_start[s + 1] - query_start[s] + kRows - 1) / kRows : 0;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+      tiles += __shfl_xor_sync(0xffffffffu, tiles, m);
+    if (tile < before + tiles) { // warp-uniform
+      if (lane == 0)
+        for (int t = base;; ++t) {
+          const int n = (query_start[t + 1] - query_start[t] + kRows - 1) / kRows;
+          if (tile < before + n) {
+            info[0] = t;
+            info[1] = query_start[t] + (int)(tile - before) * kRows;
+            info[2] = query_start[t + 1] - info[1] < kRows ? query_start[t + 1] - info[1] : kRows;
+            break;
+          }
+          before += n;
+        }
+      return;
+    }
+    before += tiles;
+  }
+  if (lane == 0)
+    info[2] = 0;
+}
+
+// One item = (query tile of kRows rows of one sequence, kv head, kSub of its query heads): 64
+// (row, head) pairs, 16 per warp as the m dimension of mma.m16n8k8. The block walks the keys
+// of the tile's rows in tiles of kKeys, loaded once into shared memory for all 64 pairs: S = Q K^T
+// on tensor cores (TF32 operands, f32 accumulation), causal / window mask, an online softmax per
+// pair (f32), then O += P V on tensor cores. A pair's order of operations depends on its tile's
+// rows and key range only, never on the grid or on other sequences.
+extern "C" __global__ void __launch_bounds__(128, 2)
+${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
+         const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
+         const int *__restrict__ query_start, const int *__restrict__ block_tables,
+         int max_blocks, int S, float *__restrict__ out, int T) {
+  __shared__ float ks[kKeys][kKStride]; // TF32-rounded K rows of the key tile
+  __shared__ float vs[kKeys][kVStride]; // and V rows
+  __shared__ float ps[4][16][kPStride]; // each warp's probabilities, as the A operand of P V
+  __shared__ int info[3];
+  __shared__ int range[2];              // the tile's keys lo .. hi
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, qd = lane & 3; // mma fragment coordinates
+  const float negInf = __uint_as_float(0xff800000u);
+  for (long long item = blockIdx.x;; item += gridDim.x) {
+    if (warp == 0)
+      findTile(query_start, S, item / kItemsPerTile, info);
+    __syncthreads();
+    const int seq = info[0], row0 = info[1], rows = info[2];
+    if (rows == 0)
+      break; // items are in tile order: every later one is past the end too
+    const int rest = (int)(item % kItemsPerTile);
+    const int kvHead = rest / (kGroup / kSub), head0 = kvHead * kGroup + rest % (kGroup / kSub) * kSub;
+    const int *table = block_tables + (long long)seq * max_blocks;
+    if (warp == 0) { // keys lo .. hi: from the earliest visible position to the latest row
+      int lo = 0x7fffffff, hi = -1;
+      for (int r = lane; r < rows; r += 32) {
+        const int p = positions[row0 + r];
+        const int first = kWindow > 0 && p - kWindow + 1 > 0 ? p - kWindow + 1 : 0;
+        lo = first < lo ? first : lo;
+        hi = p > hi ? p : hi;
+      }
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) {
+        const int l2 = __shfl_xor_sync(0xffffffffu, lo, m), h2 = __shfl_xor_sync(0xffffffffu, hi, m);
+        lo = l2 < lo ? l2 : lo;
+        hi = h2 > hi ? h2 : hi;
+      }
+      if (lane == 0)
+        range[0] = lo, range[1] = hi;
+    }
+    __syncthreads();
+    const int lo = range[0], hi = range[1];
+    // This lane's two pairs (fragment rows g and g + 8 of the warp's 16): row r, head h.
+    int pos[2], first[2], prow[2], phead[2];
+    bool valid[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int m = warp * 16 + g + 8 * i, r = m / kSub;
+      valid[i] = r < rows;
+      prow[i] = row0 + (valid[i] ? r : 0);
+      phead[i] = head0 + m % kSub;
+      pos[i] = valid[i] ? positions[prow[i]] : -1; // -1: every key masked
+      first[i] = kWindow > 0 && pos[i] - kWindow + 1 > 0 ? pos[i] - kWindow + 1 : 0;
+    }
+    const bool active = warp * 16 / kSub < rows; // the warp has a real pair (warp-uniform)
+    // Q as A fragments, pre-scaled and rounded to TF32, for the whole item.
+    unsigned qa[kSteps][4];
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int pi = i & 1, d = 8 * k + qd + 4 * (i >> 1);
+        qa[k][i] = valid[pi] ? toTf32(q[((long long)prow[pi] * kH + phead[pi]) * kHd + d] * kScale) : 0u;
+      }
+    float o[kSteps][4];
+#pragma unroll
+    for (int n = 0; n < kSteps; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o[n][i] = 0.0f;
+    float mrow[2] = {negInf, negInf}, lrow[2] = {0.0f, 0.0f}; // lrow: this lane's part of the sum
+    for (int j0 = lo; j0 <= hi; j0 += kKeys) {
+      // The key tile's K and V rows, 4 elements per load, rounded to TF32 once.
+      for (int c = tid; c < kKeys * kHd / 4; c += 128) {
+        const int key = c / (kHd / 4), d = c % (kHd / 4) * 4, j = j0 + key;
+        float kv4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, vv4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (j <= hi) {
+          const long long r = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
+          cacheRead4(k_cache, K_SCALES, r, d, kv4);
+          cacheRead4(v_cache, V_SCALES, r, d, vv4);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ks[key][d + e] = __uint_as_float(toTf32(kv4[e]));
+          vs[key][d + e] = __uint_as_float(toTf32(vv4[e]));
+        }
+      }
+      __syncthreads();
+      if (active) {
+        float sc[kKeys / 8][4];
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            sc[n][i] = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kSteps; ++k) {
+            const unsigned b[2] = {__float_as_uint(ks[8 * n + g][8 * k + qd]),
+                                   __float_as_uint(ks[8 * n + g][8 * k + qd + 4])};
+            mmaTf32(sc[n], qa[k], b);
+          }
+        }
+        // Mask, then the online softmax of each pair: the quad's 4 lanes hold a pair's 32 keys.
+        float mx[2] = {negInf, negInf};
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int pi = i >> 1, j = j0 + 8 * n + 2 * qd + (i & 1);
+            if (j < first[pi] || j > pos[pi])
+              sc[n][i] = negInf;
+            mx[pi] = fmaxf(mx[pi], sc[n][i]);
+          }
+        float alpha[2], mUse[2];
+#pragma unroll
+        for (int pi = 0; pi < 2; ++pi) {
+          mx[pi] = fmaxf(mx[pi], __shfl_xor_sync(0xffffffffu, mx[pi], 1));
+          mx[pi] = fmaxf(mx[pi], __shfl_xor_sync(0xffffffffu, mx[pi], 2));
+          const float mNew = fmaxf(mrow[pi], mx[pi]);
+          mUse[pi] = mNew == negInf ? 0.0f : mNew; // nothing visible yet: exps of -inf are 0
+          alpha[pi] = expf(mrow[pi] - mUse[pi]);
+          mrow[pi] = mNew;
+          lrow[pi] *= alpha[pi];
+        }
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int pi = i >> 1;
+            const float e = expf(sc[n][i] - mUse[pi]);
+            lrow[pi] += e;
+            ps[warp][g + 8 * pi][8 * n + 2 * qd + (i & 1)] = __uint_as_float(toTf32(e));
+          }
+#pragma unroll
+        for (int n = 0; n < kSteps; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            o[n][i] *= alpha[i >> 1];
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < kKeys / 8; ++k) {
+          const unsigned a[4] = {__float_as_uint(ps[warp][g][8 * k + qd]), __float_as_uint(ps[warp][g + 8][8 * k + qd]),
+                                 __float_as_uint(ps[warp][g][8 * k + qd + 4]),
+                                 __float_as_uint(ps[warp][g + 8][8 * k + qd + 4])};
+#pragma unroll
+          for (int n = 0; n < kSteps; ++n) {
+            const unsigned b[2] = {__float_as_uint(vs[8 * k + qd][8 * n + g]),
+                                   __float_as_uint(vs[8 * k + qd + 4][8 * n + g])};
+            mmaTf32(o[n], a, b);
+          }
+        }
+      }
+      __syncthreads(); // ks, vs and ps are rewritten by the next key tile
+    }
+    if (active) {
+#pragma unroll
+      for (int pi = 0; pi < 2; ++pi) { // the pair's sum over its quad
+        lrow[pi] += __shfl_xor_sync(0xffffffffu, lrow[pi], 1);
+        lrow[pi] += __shfl_xor_sync(0xffffffffu, lrow[pi], 2);
+      }
+#pragma unroll
+      for (int n = 0; n < kSteps; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int pi = i >> 1;
+          if (valid[pi])
+            out[((long long)prow[pi] * kH + phead[pi]) * kHd + 8 * n + 2 * qd + (i & 1)] = o[n][i] / lrow[pi];
+        }
+    }
+  }
+}
+)cuda";
+
+// Elements d .. d + 3 of cache row r (d a multiple of 4) in one 16-byte (f32) or 4-byte (int8)
+// load, as cacheAt reads them.
+constexpr const char *kF32Read4 = R"cuda(#define K_SCALES nullptr
+#define V_SCALES nullptr
+struct alignas(16) Float4 {
+  float v[4];
+};
+__device__ __forceinline__ void cacheRead4(const float *c, const float *, long long r, int d, float out[4]) {
+  const Float4 x = *reinterpret_cast<const Float4 *>(c + r * kHd + d);
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    out[e] = x.v[e];
+}
+)cuda";
+constexpr const char *kInt8Read4 = R"cuda(#define K_SCALES k_scales
+#define V_SCALES v_scales
+__device__ __forceinline__ void cacheRead4(const signed char *c, const float *scales, long long r, int d,
+                                           float out[4]) {
+  const unsigned x = *reinterpret_cast<const unsigned *>(c + r * kHd + d);
+  const float s = scales[r];
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    out[e] = __fmul_rn((float)(signed char)(x >> (8 * e)), s);
+}
+)cuda";
+
 // Element d of cache row r (f32: as stored; int8: code * the row's scale, as the CPU dequantizes).
 constexpr const char *kF32Read = R"cuda(#define K_SCALES nullptr
 #define V_SCALES nullptr
@@ -375,6 +647,59 @@ llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int
   return llmrt::ok_status();
 }
 
+using Bindings = std::vector<std::pair<std::string, std::string>>;
+
+// The bindings both attention templates share: sizes, window, scale and the cache's element type.
+Bindings attentionBindings(const AttentionParams &p) {
+  const bool i8 = p.cache.kvDtype == "int8";
+  return {{"H", std::to_string(p.numHeads)},
+          {"HKV", std::to_string(p.cache.numKvHeads)},
+          {"HD", std::to_string(p.cache.headDim)},
+          {"BS", std::to_string(p.cache.blockSize)},
+          {"WINDOW", std::to_string(p.slidingWindow)},
+          {"SCALE", detail::floatLiteral(p.scale)},
+          {"ELEM", i8 ? "signed char" : "float"},
+          {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
+          {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""}};
+}
+
+// "llm_paged_attention_h32_kv8_d128_b16[_w4096][_i8]".
+std::string attentionPrefix(const AttentionParams &p) {
+  return "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" + std::to_string(p.cache.numKvHeads) + "_d" +
+         std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
+         (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
+         (p.cache.kvDtype == "int8" ? "_i8" : "");
+}
+
+// The tiled kernel's sizes (kTiledAttentionTemplate): 64 (row, head) pairs per block, key tiles
+// of 32; K, V and P tiles in 43.5 KiB of static shared memory at head_dim 128, its largest.
+constexpr int64_t kTiledMaxHeadDim = 128;
+constexpr int64_t kTiledPairs = 64;
+
+llmrt::StatusOr<KernelSpec> emitTiled(const AttentionParams &p) {
+  if (!tiledAttentionApplies(p))
+    return llmrt::unimplemented("paged_attention: the tiled tensor-core kernel takes head_dim a multiple of 8 up "
+                                "to 128, not " + std::to_string(p.cache.headDim));
+  const bool i8 = p.cache.kvDtype == "int8";
+  // Query heads per item: the largest power of two dividing the GQA group, up to 8, so that the
+  // 64 (row, head) pairs of a block are whole rows.
+  const int64_t group = p.numHeads / p.cache.numKvHeads;
+  int64_t sub = 8;
+  while (group % sub)
+    sub /= 2;
+  const int64_t items = p.cache.numKvHeads * (group / sub), rows = kTiledPairs / sub;
+  Bindings bindings = attentionBindings(p);
+  bindings.insert(bindings.end(), {{"SUB", std::to_string(sub)},
+                                   {"ROWS", std::to_string(rows)},
+                                   {"ITEMS", std::to_string(items)},
+                                   {"MMA", detail::kTf32Mma},
+                                   {"CACHE_READ", i8 ? kInt8Read4 : kF32Read4}});
+  return detail::finishSpec("paged_attention", attentionPrefix(p) + "_tc",
+                            detail::substitute(kTiledAttentionTemplate, bindings), 128,
+                            "rows/" + std::to_string(rows) + "*" + std::to_string(items) + " + seqs*" +
+                                std::to_string(items));
+}
+
 } // namespace
 
 llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
@@ -400,6 +725,10 @@ llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
                             body, block, "rows");
 }
 
+bool tiledAttentionApplies(const AttentionParams &p) {
+  return p.cache.headDim % 8 == 0 && p.cache.headDim <= kTiledMaxHeadDim;
+}
+
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   RETURN_IF_ERROR(checkCache("paged_attention", p.cache.numKvHeads, p.cache.headDim, p.cache.blockSize));
   if (p.cache.kvDtype != "f32" && p.cache.kvDtype != "int8")
@@ -411,6 +740,8 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                    " kv heads");
   if (!std::isfinite(p.scale) || p.scale <= 0.0f || p.slidingWindow < 0)
     return llmrt::invalid_argument("paged_attention: scale must be finite and > 0, sliding window >= 0");
+  if (p.tensorCores)
+    return emitTiled(p);
   // Threads score one position each per tile; 128 keeps a tile's K rows in
   // flight without idling most threads on short contexts.
   const int block = 128;
@@ -430,32 +761,19 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   const int64_t countersBytes = (kSplitRows * items * 4 + 255) / 256 * 256;
   const int64_t workBytes =
       countersBytes + kSplitRows * items * kMaxChunks * sub * (p.cache.headDim + 2) * int64_t(sizeof(float));
-  std::string body = detail::substitute(kAttentionTemplate, {{"H", std::to_string(p.numHeads)},
-                                                             {"HKV", std::to_string(p.cache.numKvHeads)},
-                                                             {"HD", std::to_string(p.cache.headDim)},
-                                                             {"BS", std::to_string(p.cache.blockSize)},
-                                                             {"WINDOW", std::to_string(p.slidingWindow)},
-                                                             {"SCALE", detail::floatLiteral(p.scale)},
-                                                             {"BLOCK", std::to_string(block)},
-                                                             {"SUB", std::to_string(sub)},
-                                                             {"ITEMS", std::to_string(items)},
-                                                             {"SPLIT_ROWS", std::to_string(kSplitRows)},
-                                                             {"MAX_CHUNKS", std::to_string(kMaxChunks)},
-                                                             {"MIN_CHUNK", std::to_string(kMinChunk)},
-                                                             {"COUNTERS_BYTES", std::to_string(countersBytes)},
-                                                             {"WORK", std::to_string(workBytes)},
-                                                             {"REDUCTIONS", detail::kBlockReductions},
-                                                             {"ELEM", i8 ? "signed char" : "float"},
-                                                             {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
-                                                             {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""},
-                                                             {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
-  KernelSpec spec = detail::finishSpec("paged_attention",
-                                       "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" +
-                                           std::to_string(p.cache.numKvHeads) + "_d" +
-                                           std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
-                                           (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
-                                           (i8 ? "_i8" : ""),
-                                       body, block,
+  Bindings bindings = attentionBindings(p);
+  bindings.insert(bindings.end(), {{"BLOCK", std::to_string(block)},
+                                   {"SUB", std::to_string(sub)},
+                                   {"ITEMS", std::to_string(items)},
+                                   {"SPLIT_ROWS", std::to_string(kSplitRows)},
+                                   {"MAX_CHUNKS", std::to_string(kMaxChunks)},
+                                   {"MIN_CHUNK", std::to_string(kMinChunk)},
+                                   {"COUNTERS_BYTES", std::to_string(countersBytes)},
+                                   {"WORK", std::to_string(workBytes)},
+                                   {"REDUCTIONS", detail::kBlockReductions},
+                                   {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
+  KernelSpec spec = detail::finishSpec("paged_attention", attentionPrefix(p),
+                                       detail::substitute(kAttentionTemplate, bindings), block,
                                        "rows*" + std::to_string(items) + " x" + std::to_string(kMaxChunks) +
                                            " when rows<=" + std::to_string(kSplitRows));
   spec.workspaceBytes = static_cast<uint64_t>(workBytes);

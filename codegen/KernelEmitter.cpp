@@ -327,7 +327,7 @@ FailureOr<KernelSpec> emitRopeKvStore(Operation *op) {
   return fromStatus(op, emitRopeKvStoreKernel({*rope, *cache}));
 }
 
-FailureOr<KernelSpec> emitPagedAttention(Operation *op) {
+FailureOr<AttentionParams> attentionParams(Operation *op) {
   auto cache = cacheParams(op);
   auto heads = intAttr(op, "num_heads");
   auto scale = numberAttr(op, "scale");
@@ -342,7 +342,14 @@ FailureOr<KernelSpec> emitPagedAttention(Operation *op) {
   p.numHeads = *heads;
   p.scale = static_cast<float>(*scale);
   p.slidingWindow = *window;
-  return fromStatus(op, emitPagedAttentionKernel(p));
+  return p;
+}
+
+FailureOr<KernelSpec> emitPagedAttention(Operation *op) {
+  FailureOr<AttentionParams> p = attentionParams(op);
+  if (failed(p))
+    return failure();
+  return fromStatus(op, emitPagedAttentionKernel(*p));
 }
 
 FailureOr<KernelSpec> emitAdd(Operation *op) {
@@ -397,15 +404,30 @@ bool hasKernel(Operation *op) {
 
 FailureOr<std::optional<KernelSpec>> emitBatchedKernel(Operation *op) {
   StringRef name = op->getName().getStringRef();
-  if (name != "llm.linear" && name != "llm.logits")
+  if (name != "llm.linear" && name != "llm.logits" && name != "llm.paged_attention")
     return std::optional<KernelSpec>();
   if (ModuleOp module = op->getParentOfType<ModuleOp>())
     if (auto tc = module->getAttrOfType<BoolAttr>("llm.gpu_tensor_cores"); tc && !tc.getValue())
       return std::optional<KernelSpec>();
-  auto spec = emitLinearFamily(op, name == "llm.logits", /*tensorCores=*/true);
+  FailureOr<KernelSpec> spec = failure();
+  if (name == "llm.paged_attention") {
+    FailureOr<AttentionParams> p = attentionParams(op);
+    if (failed(p))
+      return failure();
+    if (!tiledAttentionApplies(*p)) // the per-row kernel runs every step
+      return std::optional<KernelSpec>();
+    p->tensorCores = true;
+    spec = fromStatus(op, emitPagedAttentionKernel(*p));
+  } else {
+    spec = emitLinearFamily(op, name == "llm.logits", /*tensorCores=*/true);
+  }
   if (failed(spec))
     return failure();
   return std::optional<KernelSpec>(std::move(*spec));
+}
+
+int batchedMinRows(Operation *op) {
+  return op->getName().getStringRef() == "llm.paged_attention" ? kTiledAttentionMinRows : kTensorCoreMinRows;
 }
 
 FailureOr<KernelSpec> emitKernel(Operation *op) {

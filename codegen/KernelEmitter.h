@@ -46,10 +46,14 @@ bool hasKernel(mlir::Operation *op);
 /// skip those) or when its shapes/attributes cannot be specialized.
 mlir::FailureOr<KernelSpec> emitKernel(mlir::Operation *op);
 
-/// A second kernel of `op` for steps of at least kTensorCoreMinRows rows
-/// (KernelFamilies.h): the tensor-core linear / logits kernel, unless the
-/// module says llm.gpu_tensor_cores = false; none for other ops.
+/// A second kernel of `op` for steps of at least batchedMinRows(op) rows
+/// (KernelFamilies.h): the tensor-core linear / logits kernel, or the tiled
+/// prefill paged-attention kernel where its sizes apply, unless the module
+/// says llm.gpu_tensor_cores = false; none for other ops.
 mlir::FailureOr<std::optional<KernelSpec>> emitBatchedKernel(mlir::Operation *op);
+/// Rows from which a step of `op` launches its batched kernel:
+/// kTiledAttentionMinRows for llm.paged_attention, else kTensorCoreMinRows.
+int batchedMinRows(mlir::Operation *op);
 
 } // namespace llmc
 

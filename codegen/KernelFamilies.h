@@ -120,8 +120,18 @@ struct AttentionParams {
   int64_t numHeads = 0;
   float scale = 1.0f;
   int64_t slidingWindow = 0; // 0 = none
+  /// The tiled prefill kernel (FlashAttention-style, TF32 mma.sync with f32 accumulation and an
+  /// f32 softmax; sm_80+) instead of the per-row one: its params lack `work`, its grid rule
+  /// counts sequences ("rows/<c>*<k> + seqs*<k>"). Plans add it next to the per-row kernel for
+  /// steps of at least kTiledAttentionMinRows rows. Unimplemented unless tiledAttentionApplies.
+  bool tensorCores = false;
 };
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
+/// Whether the tiled kernel takes these sizes (head_dim a multiple of 8, at most 128).
+bool tiledAttentionApplies(const AttentionParams &p);
+/// Rows from which a paged-attention step launches its tiled kernel: smaller steps (decode
+/// batches, whose long contexts the per-row kernel splits over blocks) keep the per-row one.
+inline constexpr int kTiledAttentionMinRows = 33;
 
 /// The summary of each logits row for sampling (runtime/sampler/logits_summary.h):
 /// (const float *logits, unsigned char *out, int L), one block per row, rows of `vocab`.

@@ -88,6 +88,37 @@ template <class T> __device__ __forceinline__ T blockSum(T v, T *red) { return b
 template <class T> __device__ __forceinline__ T blockMax(T v, T *red) { return blockReduce<true>(v, red); }
 )cuda";
 
+// Tensor-core operations (sm_80+): TF32 mma.sync m16n8k8 with f32 accumulation, and the
+// round-to-TF32 conversion of its operands. The host emulation provides both with the PTX ISA's
+// semantics (tests/codegen/HostEmulation.h).
+const char *const kTf32Mma = R"cuda(namespace {
+__device__ __forceinline__ unsigned toTf32(float v) {
+#ifdef LLMC_HOST_EMULATION
+  return llmcEmuToTf32(v);
+#else
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+#endif
+}
+
+// acc += A B over one k-step of 8: A 16 rows x 8 (a0..a3), B 8 x 8 columns (b0, b1), with the
+// fragment layout of mma.m16n8k8 .tf32 (lane 4 g + q: a0 (g, q) a1 (g+8, q) a2 (g, q+4)
+// a3 (g+8, q+4); b0 (k q, column g) b1 (k q+4, column g); acc (g, 2q) (g, 2q+1) (g+8, 2q)
+// (g+8, 2q+1)).
+__device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const unsigned b[2]) {
+#ifdef LLMC_HOST_EMULATION
+  llmcEmuMmaTf32(acc, a, b);
+#else
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+} // namespace
+)cuda";
+
 namespace {
 constexpr const char *kFloatConversions = R"cuda(namespace {
 // IEEE half -> float, exact (no cuda_fp16.h: sources are self-contained).

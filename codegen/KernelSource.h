@@ -42,6 +42,11 @@ std::string substitute(std::string_view tmpl,
 /// barrier so `red` may be reused at once.
 extern const char *const kBlockReductions;
 
+/// CUDA source of toTf32(v) (cvt.rna.tf32.f32: f32 rounded to 10 mantissa bits, ties away) and
+/// mmaTf32(acc, a, b) (mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 over the warp, the PTX
+/// ISA's fragment layout; every lane of the warp must call it). sm_80+.
+extern const char *const kTf32Mma;
+
 /// CUDA source of llm.rope's rotation for the including source's kHd, kHalf and kNeox: the
 /// table kInvFreq[kHalf] of p's inverse frequencies, rotatePair(src, dst, i, pos) (rotates pair i
 /// of the head at src into dst, which may be src) and rotatedAt(src, d, pos) (element d of the

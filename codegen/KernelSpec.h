@@ -15,6 +15,8 @@
 //       "rows"      gridDim.x = T
 //       "rows*<k>"  gridDim.x = T * k  (k a positive decimal integer)
 //       "rows/<c>*<k>"  gridDim.x = ceil(T / c) * k  (items of c rows)
+//     "rows/<c>*<k> + seqs*<s>"  that plus s per sequence of the step (the
+//       tiled paged attention's query tiles never mix sequences)
 //     any of them followed by " x<m> when rows<=<r>": m times that when
 //       T <= r (paged attention: more blocks for the split contexts of small steps)
 //     Every kernel walks its work items with a grid-stride loop, so any

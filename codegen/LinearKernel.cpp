@@ -56,36 +56,10 @@ constexpr bool kTensorCores = ${TENSOR_CORES}; // the tensor-core kernel (sm_80+
 } // namespace
 )cuda";
 
-// Tensor-core operations of the batched path (sm_80+): TF32 mma.sync m16n8k8 with f32
-// accumulation, and the round-to-TF32 conversion of its operands. The host emulation provides
-// both with the PTX ISA's semantics (tests/codegen/HostEmulation.h).
+// Helpers of both paths; the tensor-core path's mma and TF32 conversion are detail::kTf32Mma.
 constexpr const char *kTensorCoreOps = R"cuda(namespace {
 constexpr int kMTiles = 4;                 // m-tiles of 16 tokens per warp item
 constexpr int kMmaTokens = 16 * kMTiles;
-
-__device__ __forceinline__ unsigned toTf32(float v) {
-#ifdef LLMC_HOST_EMULATION
-  return llmcEmuToTf32(v);
-#else
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-#endif
-}
-
-// acc += A B over one k-step of 8: A 16 tokens x 8 (a0..a3), B 8 x 8 weight rows (b0, b1), with
-// the fragment layout of mma.m16n8k8 .tf32 (lane 4 g + q: a0 (g, q) a1 (g+8, q) a2 (g, q+4)
-// a3 (g+8, q+4); b0 (k q, row g) b1 (k q+4, row g); acc (g, 2q) (g, 2q+1) (g+8, 2q) (g+8, 2q+1)).
-__device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const unsigned b[2]) {
-#ifdef LLMC_HOST_EMULATION
-  llmcEmuMmaTf32(acc, a, b);
-#else
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
 
 // CUDA cores: the x rows of tokens t0 .. t0 + NT - 1 of an item, and its sums at zero.
 template <int NT>
@@ -242,7 +216,7 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
 }
 } // namespace
 
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
+extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
@@ -445,6 +419,7 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   if (!storage.ok())
     return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
   body += storage->constants;
+  body += detail::kTf32Mma;
   body += kTensorCoreOps;
   if (storage->dense) {
     // The CUDA-core half-weight GEMV's register budget, fixed through its minimum blocks per SM
@@ -455,7 +430,11 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     const bool budget = !p.tensorCores && storage->denseType != 2;
     body += detail::substitute(kDenseTemplate, {{"LAUNCH_BOUNDS", budget ? "kWarps * 32, 8" : "kWarps * 32"}});
   } else {
-    body += kQuantTemplate;
+    // The quantized tensor-core tiles' budget: 5 blocks per SM, 96 registers. Left to itself
+    // ptxas held them at 64 registers on some SKUs and spilled 16-48 bytes (sm_86/89: int4-g128
+    // sym, int8-g128 zp; sm_90: int8-g128 sym); at 96 none spills on sm_80 - sm_90a for Llama-3-8B's
+    // shapes in any format (NvrtcTest.EveryFamilyCompilesForSm80AndSm90 checks sm_80 and sm_90).
+    body += detail::substitute(kQuantTemplate, {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : "kWarps * 32"}});
   }
   prefix += "_" + storage->tag;
   // warps' work items per token chunk

@@ -318,7 +318,7 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
     op->getLoc().print(os);
     steps.push_back(fb::CreateStepDirect(fbb, kind, &inputs, &outputs, &weights, &params,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
-                                         batched >= 0 ? kTensorCoreMinRows : 0));
+                                         batched >= 0 ? batchedMinRows(op) : 0));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

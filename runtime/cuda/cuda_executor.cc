@@ -515,7 +515,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
     const Launch& l = st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
     if (l.work) ptr(work_);  // the kernel's workspace (codegen/KernelSpec.h), before T
     num(rows);
-    const int64_t grid = grid_size(l.rule, rows, max_grid_);
+    const int64_t grid = grid_size(l.rule, rows, max_grid_, S);  // (S: the tiled attention's sequence tiles)
     if (grid == 0) continue;
     params_.resize(args.size());
     for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];

@@ -33,8 +33,8 @@ bool take_number(std::string_view* s, int64_t* out) {
 StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
   auto bad = [&] {
     return invalid_argument("kernel grid rule '" + std::string(rule) +
-                            "' is not rows, rows*<k> or rows/<c>*<k>, optionally followed by ' x<m> when "
-                            "rows<=<r>' (k, c, m, r positive integers)");
+                            "' is not rows, rows*<k> or rows/<c>*<k>, optionally followed by ' + seqs*<s>' "
+                            "and then ' x<m> when rows<=<r>' (k, c, s, m, r positive integers)");
   };
   std::string_view s = rule;
   if (s.substr(0, 4) != "rows") return bad();
@@ -48,6 +48,10 @@ StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
     s.remove_prefix(1);
     if (!take_number(&s, &r.times)) return bad();
   }
+  if (s.substr(0, 8) == " + seqs*") {
+    s.remove_prefix(8);
+    if (!take_number(&s, &r.seq_times)) return bad();
+  }
   if (!s.empty()) {  // " x<m> when rows<=<r>"
     if (s.substr(0, 2) != " x") return bad();
     s.remove_prefix(2);
@@ -58,13 +62,18 @@ StatusOr<GridRule> parse_grid_rule(std::string_view rule) {
   return r;
 }
 
-int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid) {
+int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid, int64_t S) {
   if (T <= 0) return 0;
   const int64_t chunks = (T + rule.per - 1) / rule.per;
   const int64_t times = rule.times * (T <= rule.small_rows ? rule.small_times : 1);  // both < 2^31
-  // chunks * times could overflow only past any real cap: compare by division.
+  // chunks * times (and S * seq_times) could overflow only past any real cap: compare by division.
   if (chunks > max_grid / times) return std::max<int64_t>(1, max_grid);
-  return std::max<int64_t>(1, std::min(chunks * times, max_grid));
+  int64_t grid = chunks * times;
+  if (rule.seq_times > 0 && S > 0) {
+    if (S > (max_grid - grid) / rule.seq_times) return std::max<int64_t>(1, max_grid);
+    grid += S * rule.seq_times;
+  }
+  return std::max<int64_t>(1, std::min(grid, max_grid));
 }
 
 std::vector<int> graph_batch_sizes(int max_seqs) {

@@ -15,21 +15,22 @@
 
 namespace llmrt::cuda {
 
-/// A kernel's grid rule (codegen/KernelSpec.h): gridDim.x = ceil(T / per) * times, and
-/// small_times times that for steps of at most small_rows rows.
+/// A kernel's grid rule (codegen/KernelSpec.h): gridDim.x = ceil(T / per) * times, small_times
+/// times that for steps of at most small_rows rows, plus seq_times per sequence of the step.
 ///   "rows" -> {1, 1};  "rows*<k>" -> {1, k};  "rows/<c>*<k>" -> {c, k};
-///   "rows*<k> x<m> when rows<=<r>" -> {1, k, r, m}.
+///   "rows*<k> x<m> when rows<=<r>" -> {1, k, r, m};  "rows/<c>*<k> + seqs*<s>" -> {c, k, .., s}.
 struct GridRule {
   int64_t per = 1;
   int64_t times = 1;
   int64_t small_rows = 0;
   int64_t small_times = 1;
+  int64_t seq_times = 0;
 };
 /// Errors name the rule; numbers are positive decimals below 2^31.
 StatusOr<GridRule> parse_grid_rule(std::string_view rule);
-/// gridDim.x for T rows, at most max_grid (the kernels walk their items with grid-stride loops,
-/// so a capped grid is still correct); 0 for T = 0 (nothing to launch).
-int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid);
+/// gridDim.x for T rows of S sequences, at most max_grid (the kernels walk their items with
+/// grid-stride loops, so a capped grid is still correct); 0 for T = 0 (nothing to launch).
+int64_t grid_size(const GridRule& rule, int64_t T, int64_t max_grid, int64_t S = 0);
 
 /// Decode batch sizes captured as CUDA graphs: 1, 2, 4, then every multiple of 8 up to
 /// max_seqs, and max_seqs itself (so every batch up to max_seqs replays a graph).

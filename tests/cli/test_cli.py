@@ -214,7 +214,8 @@ def test_gguf_model_has_a_gpu_kernel_for_every_step(llmc, tmp_path):
 
 
 def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
-    """Linear/logits kernels have a tensor-core path (entry suffix _tc) unless --no-tensor-cores."""
+    """Linear/logits and paged-attention steps have a tensor-core kernel (entry suffix _tc: TF32
+    tiles, the tiled prefill attention) unless --no-tensor-cores."""
     import shutil
     from pathlib import Path
     if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
@@ -229,10 +230,11 @@ def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
         blobs[bool(flag)] = plan.read_bytes()
     assert re.search(rb"llm_linear_n\d+_k\d+_f32_tc_", blobs[False])
     assert re.search(rb"llm_logits_n\d+_k\d+_f32_tc_", blobs[False])
+    assert re.search(rb"llm_paged_attention_h4_kv2_d16_b\d+_tc_", blobs[False])
     assert not re.search(rb"_tc_[0-9a-f]{12}", blobs[True])
     for no_tc, plan in ((False, tmp_path / "p0.fb"), (True, tmp_path / "p1.fb")):
         prog = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)["program"]
-        want = 0 if no_tc else prog["ops"]["Linear"] + prog["ops"]["Logits"]
+        want = 0 if no_tc else prog["ops"]["Linear"] + prog["ops"]["Logits"] + prog["ops"]["PagedAttention"]
         assert prog["steps_with_tensor_core_kernel"] == want, prog
 
 

@@ -175,6 +175,113 @@ TEST(AttentionKernel, SlidingWindow) {
   checkAttention(2, 1, 16, 4, 130, {200}, {2}); // window wider than a tile
 }
 
+/// The tiled prefill kernel (tensor cores) against the double reference: TF32 operands (q k
+/// and p v rounded to 10 mantissa bits) keep outputs within 4e-3 of it for these values (|x| <=
+/// 2); each item's bits do not depend on the grid or on the other sequences of the step. int8:
+/// the cache holds random codes and scales, the reference reads code x scale.
+void checkTiled(int H, int Hkv, int hd, int bs, int window, const std::vector<int> &contexts,
+                const std::vector<int> &rows, const std::string &kv = "f32") {
+  SCOPED_TRACE("tiled H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
+               " bs=" + std::to_string(bs) + " window=" + std::to_string(window) + " " + kv);
+  llmc::AttentionParams p;
+  p.cache = {Hkv, hd, bs, kv};
+  p.numHeads = H;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.slidingWindow = window;
+  p.tensorCores = true;
+  ASSERT_TRUE(llmc::tiledAttentionApplies(p));
+  auto spec = llmc::emitPagedAttentionKernel(p);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_EQ(spec->workspaceBytes, 0u);
+  EXPECT_NE(spec->entry.find("_tc_"), std::string::npos) << spec->entry;
+  const bool i8 = kv == "int8";
+  const std::string elem = i8 ? "const signed char" : "const float";
+  HostKernel k(*spec,
+               "const float *q, " + elem + " *kc, " + elem + " *vc" +
+                   (i8 ? ", const float *ksc, const float *vsc" : "") +
+                   ", const int *positions, const int *qs, const int *tables, int max_blocks, int S, float *out, int T",
+               std::string("q, kc, vc") + (i8 ? ", ksc, vsc" : "") + ", positions, qs, tables, max_blocks, S, out, T");
+  ASSERT_TRUE(k.ok()) << k.error();
+  Batch b = makeBatch(H, Hkv, hd, bs, contexts, rows);
+  std::vector<signed char> kc8, vc8;
+  std::vector<float> ksc, vsc;
+  if (i8) { // random codes and scales; the reference's caches are their products
+    const size_t n = b.kc.size(), slots = n / hd;
+    const std::vector<float> rk = randomVector(n, 44, -127.0f, 127.0f), rv = randomVector(n, 45, -127.0f, 127.0f);
+    ksc = randomVector(slots, 46, 0.001f, 0.02f);
+    vsc = randomVector(slots, 47, 0.001f, 0.02f);
+    for (size_t i = 0; i < n; ++i) {
+      kc8.push_back(static_cast<signed char>(std::lrint(rk[i])));
+      vc8.push_back(static_cast<signed char>(std::lrint(rv[i])));
+      b.kc[i] = float(kc8[i]) * ksc[i / hd];
+      b.vc[i] = float(vc8[i]) * vsc[i / hd];
+    }
+  }
+  auto run = [&](const Batch &in, const int *pos, const int *qs, const int *tables, int S, const float *q, float *out,
+                 int T, unsigned grid) {
+    if (i8) {
+      using Fn = void (*)(const float *, const signed char *, const signed char *, const float *, const float *,
+                          const int *, const int *, const int *, int, int, float *, int, unsigned);
+      k.get<Fn>()(q, kc8.data(), vc8.data(), ksc.data(), vsc.data(), pos, qs, tables, in.maxBlocks, S, out, T, grid);
+    } else {
+      using Fn = void (*)(const float *, const float *, const float *, const int *, const int *, const int *, int,
+                          int, float *, int, unsigned);
+      k.get<Fn>()(q, in.kc.data(), in.vc.data(), pos, qs, tables, in.maxBlocks, S, out, T, grid);
+    }
+  };
+  const std::vector<double> want = attentionRef(b, p.scale, window);
+  const size_t real = size_t(b.queryStart[b.S]) * H * hd;
+  std::vector<float> out(want.size(), NAN);
+  run(b, b.positions.data(), b.queryStart.data(), b.blockTables.data(), b.S, b.q.data(), out.data(), b.T,
+      llmc::testing::gridFor(*spec, b.T, b.S));
+  std::vector<float> got(out.begin(), out.begin() + real); // every real row written (NaN fails)
+  expectNear(got, std::vector<double>(want.begin(), want.begin() + real), 4e-3, "tiled attention");
+  // Not the per-row kernel's f32 results: the operands were rounded (a check that the tensor-core
+  // path ran, with the emulated mma's TF32 inputs).
+  double worst = 0;
+  for (size_t i = 0; i < real; ++i)
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  EXPECT_GT(worst, 1e-6);
+  // Grids of 1 and 3 blocks walk the same items: the same bits.
+  for (unsigned grid : {1u, 3u}) {
+    std::vector<float> again(out.size(), NAN);
+    run(b, b.positions.data(), b.queryStart.data(), b.blockTables.data(), b.S, b.q.data(), again.data(), b.T, grid);
+    EXPECT_TRUE(bitEqual(std::vector<float>(again.begin(), again.begin() + real), got)) << "grid " << grid;
+  }
+  // Each sequence alone: its rows' bits do not change.
+  for (int s = 0; s < b.S; ++s) {
+    const int r0 = b.queryStart[s], n = b.queryStart[s + 1] - r0;
+    std::vector<int> qs1 = {0, n};
+    std::vector<float> alone(size_t(n) * H * hd, NAN);
+    run(b, b.positions.data() + r0, qs1.data(), b.blockTables.data() + size_t(s) * b.maxBlocks, 1,
+        b.q.data() + size_t(r0) * H * hd, alone.data(), n, llmc::testing::gridFor(*spec, n, 1));
+    EXPECT_EQ(std::memcmp(alone.data(), got.data() + size_t(r0) * H * hd, alone.size() * sizeof(float)), 0)
+        << "sequence " << s;
+  }
+}
+
+TEST(AttentionKernel, TiledPrefillOnTensorCores) {
+  // GQA 4 (4 heads per item, tiles of 16 rows): a chunk after 30 cached positions over 5 tiles,
+  // a decode row (its own tile), a whole prompt over 3 tiles.
+  checkTiled(8, 2, 32, 16, 0, {100, 7, 40}, {70, 1, 40});
+  // MHA (tiles of 64 rows), head_dim 64: 130 rows in tiles of 64, 64 and 2.
+  checkTiled(2, 2, 64, 16, 0, {150}, {130});
+  // Groups of 6 (items of 2 heads, 3 per kv head, tiles of 32 rows) and of 8 (tiles of 8 rows).
+  checkTiled(12, 2, 16, 4, 0, {45, 5}, {40, 5});
+  checkTiled(8, 1, 8, 8, 0, {21}, {21});
+  // head_dim 128, the largest: K, V and P tiles fill 43.5 KiB of shared memory.
+  checkTiled(2, 1, 128, 16, 0, {40}, {40});
+}
+
+TEST(AttentionKernel, TiledPrefillSlidingWindowAndInt8Cache) {
+  // A window narrower than a key tile and one wider: early key tiles of a query tile are wholly
+  // masked for its later rows.
+  checkTiled(4, 1, 16, 8, 5, {90}, {90});
+  checkTiled(4, 2, 24, 4, 40, {100, 60}, {80, 3});
+  checkTiled(4, 1, 32, 16, 0, {60, 3}, {60, 3}, "int8");
+  checkTiled(6, 3, 16, 8, 20, {70}, {35}, "int8");
+}
+
 TEST(AttentionKernel, KvStoreWritesSlotsAndSkipsPadding) {
   const int Hkv = 3, hd = 10, bs = 4, blocks = 5, T = 4;
   auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, "f32"});
@@ -352,6 +459,21 @@ TEST(AttentionKernel, EmissionErrors) {
   ASSERT_FALSE(i8.ok());
   EXPECT_EQ(i8.status().code(), llmrt::StatusCode::kUnimplemented);
   EXPECT_FALSE(llmc::emitKvStoreKernel({2, 2048, 16, "f32"}).ok()); // head_dim > 1024
+  // The tiled kernel: items of (query tile, kv head, heads of its group), tiles of 32 rows here
+  // (2 heads per item), plus one tile per sequence at most; head_dim a multiple of 8 up to 128.
+  p.cache.kvDtype = "f32";
+  p.tensorCores = true;
+  auto tiled = llmc::emitPagedAttentionKernel(p);
+  ASSERT_TRUE(tiled.ok()) << tiled.status().to_string();
+  EXPECT_EQ(tiled->gridRule, "rows/32*2 + seqs*2");
+  EXPECT_EQ(tiled->workspaceBytes, 0u);
+  for (int64_t hd : {60, 136, 256}) {
+    p.cache.headDim = hd;
+    EXPECT_FALSE(llmc::tiledAttentionApplies(p)) << hd;
+    auto none = llmc::emitPagedAttentionKernel(p);
+    ASSERT_FALSE(none.ok()) << hd;
+    EXPECT_EQ(none.status().code(), llmrt::StatusCode::kUnimplemented);
+  }
   llmc::RopeParams rope;
   rope.numHeads = 5; // not a multiple of the kv heads
   rope.headDim = 64;

@@ -120,8 +120,7 @@ public:
       recording_.push_back(std::move(r));
       return llmrt::ok_status();
     }
-    ++launches_;
-    tensorCoreLaunches_ += m->entry.find("_tc_") != std::string::npos;
+    count(*m);
     // Emulation cost grows with blocks x threads: a small grid is exactly as correct (the
     // kernels walk their items grid-stride) and keeps the test fast.
     m->run(params, std::min(grid, 4u), static_cast<unsigned>(m->block));
@@ -152,8 +151,7 @@ public:
       std::vector<void *> params(r.values.size());
       for (size_t i = 0; i < params.size(); ++i)
         params[i] = &r.values[i];
-      ++launches_;
-      tensorCoreLaunches_ += r.module->entry.find("_tc_") != std::string::npos;
+      count(*r.module);
       r.module->run(params.data(), std::min(r.grid, 4u), static_cast<unsigned>(r.module->block));
     }
     return llmrt::ok_status();
@@ -162,8 +160,9 @@ public:
   int launches() const { return launches_; }
   int graphsCaptured() const { return static_cast<int>(graphs_made_.size()); }
   int graphLaunches() const { return graphLaunches_; }
-  /// Launches of tensor-core kernels (entries with "_tc_").
+  /// Launches of tensor-core kernels (entries with "_tc_"), and of the tiled attention among them.
   int tensorCoreLaunches() const { return tensorCoreLaunches_; }
+  int tiledAttentionLaunches() const { return tiledAttentionLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -178,6 +177,13 @@ private:
     unsigned grid;
     std::vector<uint64_t> values;
   };
+
+  void count(const Module &m) {
+    ++launches_;
+    const bool tc = m.entry.find("_tc_") != std::string::npos;
+    tensorCoreLaunches_ += tc;
+    tiledAttentionLaunches_ += tc && m.entry.rfind("llm_paged_attention", 0) == 0;
+  }
 
   llmrt::Status notCapturing(const char *call) const {
     if (capturing_) // as on a GPU: a synchronous copy invalidates the capture
@@ -269,6 +275,7 @@ private:
   std::vector<std::unique_ptr<std::vector<Recorded>>> graphs_made_;
   int graphLaunches_ = 0;
   int tensorCoreLaunches_ = 0;
+  int tiledAttentionLaunches_ = 0;
 };
 
 /// `llmc compile <model> -o <dir>/plan.fb <args>`.
@@ -435,6 +442,43 @@ TEST(CudaExecutor, TensorCorePlansMatchWithinTf32Rounding) {
       compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/gptq_4bit_desc_act",
                   "--target sm_90 --weight-layout cuda-mma");
   runBothAndCompare(plan, 3e-3, /*tensorCores=*/true);
+}
+
+TEST(CudaExecutor, LargeStepsRunTiledAttentionOnTensorCores) {
+  // Steps of 33 rows or more run the tiled prefill attention (tensor cores) instead of the
+  // per-row kernel: a prefill of two prompts (50 rows), a mixed step (a decode row, its own
+  // query tile, next to a 35-row chunk after 10 cached positions), a small decode step (the
+  // per-row kernel), then 33 sequences decoding at once, replayed as the graph of batch 40 with
+  // 7 padding rows (the tiled kernel again). Logits within TF32 rounding of the CPU's.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  const int mb = 4, seqs = 33;
+  auto ex = makeExecutors(**plan, driver, 128, 40, seqs * mb);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  const int V = ex->V, bs = ex->bs;
+  ASSERT_GE(bs * mb, 46);
+  const double tol = 3e-3;
+  auto tiled = [&](const Step &st) {
+    const int before = driver.tiledAttentionLaunches();
+    ex->compare(st, tol);
+    return driver.tiledAttentionLaunches() - before;
+  };
+  const int layers = 2;
+  EXPECT_EQ(tiled(makeStep({40, 10}, {40, 10}, bs, mb, V, 1)), layers);
+  EXPECT_EQ(tiled(makeStep({41, 45}, {1, 35}, bs, mb, V, 2)), layers);
+  EXPECT_EQ(tiled(makeStep({42, 46}, {1, 1}, bs, mb, V, 3)), 0);
+  std::vector<int> ctx(seqs), rows(seqs);
+  for (int s = 0; s < seqs; ++s)
+    ctx[s] = rows[s] = 2 + s % 3; // 99 rows
+  EXPECT_EQ(tiled(makeStep(ctx, rows, bs, mb, V, 4)), layers); // 33 prompts in one step
+  for (int &c : ctx)
+    ++c;
+  const int graphs = driver.graphLaunches();
+  EXPECT_EQ(tiled(makeStep(ctx, std::vector<int>(seqs, 1), bs, mb, V, 5)), layers);
+  EXPECT_EQ(driver.graphLaunches() - graphs, 1);
 }
 
 TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {

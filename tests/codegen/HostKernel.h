@@ -103,8 +103,14 @@ inline bool bitEqual(const std::vector<float> &a, const std::vector<float> &b) {
 }
 
 /// gridDim.x for T rows by the spec's grid rule (KernelSpec.h).
-inline int gridFor(const KernelSpec &spec, int T) {
+inline int gridFor(const KernelSpec &spec, int T, int S = 0) {
   std::string rule = spec.gridRule;
+  if (const size_t plus = rule.find(" + seqs*"); plus != std::string::npos) {
+    const int perSeq = std::stoi(rule.substr(plus + 8));
+    KernelSpec base = spec;
+    base.gridRule = rule.substr(0, plus);
+    return gridFor(base, T) + S * perSeq;
+  }
   int small = 1; // " x<m> when rows<=<r>"
   if (const size_t x = rule.find(" x"); x != std::string::npos) {
     const size_t when = rule.find(" when rows<=");

@@ -83,6 +83,20 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitRopeKvStoreKernel({llama3, {8, 128, 16, "int8"}}));
   attn.cache.kvDtype = "int8";
   add(llmc::emitPagedAttentionKernel(attn));
+  // The tiled prefill kernels (tensor cores): Llama-3 with both caches and a window, SmolLM2's
+  // group of 3 (one head per item) at head_dim 64.
+  attn.tensorCores = true;
+  add(llmc::emitPagedAttentionKernel(attn));
+  attn.cache.kvDtype = "f32";
+  add(llmc::emitPagedAttentionKernel(attn));
+  attn.slidingWindow = 0;
+  add(llmc::emitPagedAttentionKernel(attn));
+  llmc::AttentionParams smol;
+  smol.cache = {3, 64, 16, "f32"};
+  smol.numHeads = 9;
+  smol.scale = 0.125f;
+  smol.tensorCores = true;
+  add(llmc::emitPagedAttentionKernel(smol));
   add(llmc::emitAddKernel(4096));
   add(llmc::emitSplitKernel(6144, {4096, 1024, 1024}));
   add(llmc::emitPermuteColumnsKernel(4096));
@@ -302,6 +316,26 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
     }
   }
+}
+
+TEST_F(NvrtcTest, QuantizedTensorCoreTilesDoNotSpillOnAnySku) {
+  // Each quantized format the tiles dequantize differently (offsets zp / min / sym, int4 / int8,
+  // f16 / bf16 scales, groups and whole rows), at Llama-3-8B's q/k/v and down projections: no
+  // image spills on any default SKU (a 64-register choice of ptxas spilled 16-48 bytes on
+  // sm_86/89/90 before the tiles asked for 96).
+  for (const char *weight : {"int4-g128-f16-zp", "int4-g128-f16-sym", "int4-g32-f16-min", "int8-g128-f16-sym",
+                             "int8-g128-bf16-zp", "int8-row-f32-sym"})
+    for (int64_t k : {4096, 14336}) {
+      auto spec = llmc::emitLinearKernel({k == 4096 ? 6144 : 4096, k, weight, false, false, true});
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      SCOPED_TRACE(spec->entry);
+      auto images = llmc::compileKernel(*spec, {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"});
+      ASSERT_TRUE(images.ok()) << images.status().to_string();
+      for (const KernelImage &image : *images) {
+        EXPECT_EQ(image.resources.spillBytes, 0u) << image.target;
+        EXPECT_LE(image.resources.registers, 96) << image.target;
+      }
+    }
 }
 
 TEST_F(NvrtcTest, PtxassemblesWithPtxasAndCubinReadsWithReadelf) {

@@ -49,6 +49,24 @@ TEST(CudaLaunch, GridRules) {
   EXPECT_EQ(grid_size(*chunks, 8, 1 << 20), 2048);
   EXPECT_EQ(grid_size(*chunks, 9, 1500), 1500);
   EXPECT_EQ(grid_size(*heads, 0, 100), 0);
+  // Plus a number of blocks per sequence (the tiled attention's query tiles of one sequence).
+  auto tiles = parse_grid_rule("rows/16*8 + seqs*8");
+  ASSERT_TRUE(tiles.ok()) << tiles.status().to_string();
+  EXPECT_EQ(tiles->per, 16);
+  EXPECT_EQ(tiles->times, 8);
+  EXPECT_EQ(tiles->seq_times, 8);
+  EXPECT_EQ(grid_size(*tiles, 100, 1 << 20, 3), (7 + 3) * 8);
+  EXPECT_EQ(grid_size(*tiles, 100, 1 << 20), 7 * 8);  // without sequences: the rows' part
+  EXPECT_EQ(grid_size(*tiles, 100, 70, 3), 70);
+  EXPECT_EQ(grid_size(*tiles, 0, 100, 3), 0);
+  EXPECT_EQ(grid_size(*tiles, 1, (int64_t{1} << 31) - 1, int64_t{1} << 40), (int64_t{1} << 31) - 1);  // no overflow
+  EXPECT_EQ(grid_size(*split, 1, 1 << 20, 5), 256);  // rules without the term ignore S
+  auto both = parse_grid_rule("rows/16*8 + seqs*8 x2 when rows<=4");
+  ASSERT_TRUE(both.ok()) << both.status().to_string();
+  EXPECT_EQ(grid_size(*both, 4, 1 << 20, 4), 8 * 2 + 4 * 8);
+  for (const char* bad : {"rows/16*8 + seqs", "rows/16*8 + seqs*", "rows/16*8 + seqs*0", "rows/16*8 +seqs*8",
+                          "rows/16*8 + rows*8", "rows/16*8 x2 when rows<=4 + seqs*8"})
+    EXPECT_FALSE(parse_grid_rule(bad).ok()) << bad;
   const GridRule huge{1, (int64_t{1} << 31) - 1};
   EXPECT_EQ(grid_size(huge, int64_t{1} << 40, (int64_t{1} << 31) - 1), (int64_t{1} << 31) - 1);  // no overflow
 }

@@ -67,6 +67,8 @@ compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_notc.fb"
 # split (flash-decoding) attention path, checked against the CPU.
 cp "$ROOT/tests/gpu/long_context_config.json" "$CFG/config.json"
 compile --synthetic-weights 2 "$CFG" -o "$OUT/plans/long_context_f32.fb" --target "$TARGET" --no-tensor-cores
+# The same on the tensor cores: long prompts prefilled in steps of 512 rows take the tiled attention.
+compile --synthetic-weights 2 "$CFG" -o "$OUT/plans/long_context_tc.fb" --target "$TARGET"
 rm -rf "$CFG"
 cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
    "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"

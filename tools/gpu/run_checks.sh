@@ -37,11 +37,13 @@ if ! "$LLMRT" devices 2>/dev/null | grep -q "^CUDA driver"; then
 fi
 
 say "## Differential check: CUDA vs CPU logits (tolerance 1e-3 x max|logit|; *_tc plans, TF32 tensor cores: 5e-3)"
-PROMPT="1,5,9,13,2,7,11,3,8,4,6,10,12,14,15,16,17,18,19,20,21,22,23,24"
+PROMPT24="1,5,9,13,2,7,11,3,8,4,6,10,12,14,15,16,17,18,19,20,21,22,23,24"
+# *_tc plans: 80 tokens, so that the prefill (one step of 80 rows) runs the tiled attention too.
+PROMPT80="$PROMPT24,$(python3 -c "print(','.join(str((7 * i + 3) % 100 + 1) for i in range(56)))")"
 for plan in "$B"/plans/tiny_*.fb "$B"/plans/gptq*.fb "$B"/plans/awq*.fb; do
   name=$(basename "$plan" .fb)
-  tol=1e-3
-  case $name in *_tc) tol=5e-3 ;; esac  # TF32 tensor-core prefill
+  tol=1e-3 PROMPT=$PROMPT24
+  case $name in *_tc) tol=5e-3 PROMPT=$PROMPT80 ;; esac  # TF32 tensor-core prefill
   ok=1
   for dev in cpu cuda; do
     timeout 120 "$LLMRT" run "$plan" --device "$dev" --cpu-kernels reference --prompt-ids "$PROMPT" \
@@ -57,24 +59,30 @@ for plan in "$B"/plans/tiny_*.fb "$B"/plans/gptq*.fb "$B"/plans/awq*.fb; do
   fi
 done
 
-# Long contexts in small steps: 1500 prompt tokens prefilled 16 rows at a time, so attention
-# splits each row's positions over blocks (up to 6 chunks) and combines them.
-name=long_context_f32
+# Long contexts: 1500 prompt tokens on the GPU against the CPU, prefilled STEP rows at a time.
 LONG=$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 3) for i in range(1500)))")
-ok=1
-for dev in cpu cuda; do
-  timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens 16 \
-    --max-tokens 0 --all-logits-out "$OUT/$name.$dev.npy" > "$OUT/$name.$dev.log" 2>&1 || ok=0
-  timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens 16 \
-    --max-tokens 16 --temperature 0 --ignore-eos --json > "$OUT/$name.$dev.gen.json" 2>> "$OUT/$name.$dev.log" || ok=0
-done
-if [ $ok = 1 ]; then
-  python3 "$B/compare_logits.py" "$OUT/$name.cpu.npy" "$OUT/$name.cuda.npy" \
-    "$OUT/$name.cpu.gen.json" "$OUT/$name.cuda.gen.json" --name "$name (1500 tokens, steps of 16)" --tol 1e-3 \
-    | tee -a "$MD" || status=1
-else
-  say "$name: FAILED to run (see $name.*.log)"; tail -3 "$OUT/$name.cuda.log" | tee -a "$MD"; status=1
-fi
+long_check() {  # plan step tolerance
+  local name=$1 step=$2 tol=$3 ok=1
+  for dev in cpu cuda; do
+    timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens "$step" \
+      --max-tokens 0 --all-logits-out "$OUT/$name.$dev.npy" > "$OUT/$name.$dev.log" 2>&1 || ok=0
+    timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens "$step" \
+      --max-tokens 16 --temperature 0 --ignore-eos --json > "$OUT/$name.$dev.gen.json" 2>> "$OUT/$name.$dev.log" || ok=0
+  done
+  if [ $ok = 1 ]; then
+    python3 "$B/compare_logits.py" "$OUT/$name.cpu.npy" "$OUT/$name.cuda.npy" \
+      "$OUT/$name.cpu.gen.json" "$OUT/$name.cuda.gen.json" --name "$name (1500 tokens, steps of $step)" --tol "$tol" \
+      | tee -a "$MD" || status=1
+  else
+    say "$name: FAILED to run (see $name.*.log)"; tail -3 "$OUT/$name.cuda.log" | tee -a "$MD"; status=1
+  fi
+}
+# Steps of 16 rows: attention splits each row's positions over blocks (up to 6 chunks) and
+# combines them (flash-decoding).
+long_check long_context_f32 16 1e-3
+# Steps of 512 rows on the tensor cores: the tiled (FlashAttention-style) prefill attention over
+# up to 1024 cached positions, then decode on the per-row kernel.
+long_check long_context_tc 512 5e-3
 
 say "## Decode speed, Llama-3-8B shapes (synthetic weights)"
 BW=$(python3 - <<'PY' 2>/dev/null
@@ -120,10 +128,14 @@ for t in bench["tests"]:
     print(line)
 PY
 done
-say "prefill without tensor-core kernels (int4-g128, --no-tensor-cores):"
-timeout 200 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128_notc.fb" --device cuda --pp 512 --tg 0 --batch 0 -r 2 \
-  > "$OUT/llama3_8b_int4_g128_notc.txt" 2>&1 || say "no-tensor-core bench FAILED"
-say '```'; cat "$OUT/llama3_8b_int4_g128_notc.txt" | tee -a "$MD" > /dev/null; say '```'
+say "prefill of 512 and 2048 tokens, int4-g128, with tensor-core kernels (TF32 linear tiles, tiled attention) and without (--no-tensor-cores: f32 CUDA-core GEMV, per-row attention):"
+for plan in llama3_8b_int4_g128 llama3_8b_int4_g128_notc; do
+  for pp in 512 2048; do
+    timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp "$pp" --tg 0 --batch 0 -r 2 \
+      > "$OUT/$plan.pp$pp.txt" 2>&1 || say "$plan pp$pp bench FAILED"
+    say "$plan:"; say '```'; cat "$OUT/$plan.pp$pp.txt" | tee -a "$MD" > /dev/null; say '```'
+  done
+done
 say "decode at batch 1 after a 3968-token prompt (int4-g128; attention split over blocks, flash-decoding):"
 timeout 300 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128.fb" --device cuda --pp 0 --tg 64 --batch 0 --depth 3968 -r 2 \
   > "$OUT/llama3_8b_int4_g128_depth.txt" 2>&1 || say "depth bench FAILED"
