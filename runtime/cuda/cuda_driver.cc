@@ -49,6 +49,12 @@ class DlDriver : public Driver {
               optional("cuStreamEndCapture", &end_capture_) &&
               optional("cuGraphInstantiateWithFlags", &instantiate_) && optional("cuGraphLaunch", &graph_launch_) &&
               optional("cuGraphExecDestroy", &exec_destroy_) && optional("cuGraphDestroy", &graph_destroy_);
+    // Events (profiling) are optional too; cuEventElapsedTime_v2 is the CUDA 12.8+ name of the
+    // same call.
+    events_ = optional("cuEventCreate", &event_create_) && optional("cuEventRecord", &event_record_) &&
+              optional("cuEventSynchronize", &event_sync_) &&
+              (optional("cuEventDestroy_v2", &event_destroy_) || optional("cuEventDestroy", &event_destroy_)) &&
+              (optional("cuEventElapsedTime_v2", &event_elapsed_) || optional("cuEventElapsedTime", &event_elapsed_));
     error_name_ = reinterpret_cast<decltype(error_name_)>(dlsym(lib_, "cuGetErrorName"));
     return check(init_(0), "cuInit");
   }
@@ -116,6 +122,28 @@ class DlDriver : public Driver {
   }
   Status launch_graph(GraphHandle g) override { return check(graph_launch_(g, stream_), "cuGraphLaunch"); }
   Status destroy_graph(GraphHandle g) override { return check(exec_destroy_(g), "cuGraphExecDestroy"); }
+
+  StatusOr<EventHandle> create_event() override {
+    if (!events_) return unimplemented("this CUDA driver has no event API");
+    void* e = nullptr;
+    RETURN_IF_ERROR(check(event_create_(&e, 0 /* CU_EVENT_DEFAULT: timed */), "cuEventCreate"));
+    return e;
+  }
+  Status record_event(EventHandle e) override {
+    if (!events_) return unimplemented("this CUDA driver has no event API");
+    return check(event_record_(e, stream_), "cuEventRecord");
+  }
+  StatusOr<float> elapsed_ms(EventHandle start, EventHandle end) override {
+    if (!events_) return unimplemented("this CUDA driver has no event API");
+    RETURN_IF_ERROR(check(event_sync_(end), "cuEventSynchronize"));
+    float ms = 0;
+    RETURN_IF_ERROR(check(event_elapsed_(&ms, start, end), "cuEventElapsedTime"));
+    return ms;
+  }
+  Status destroy_event(EventHandle e) override {
+    if (!events_) return ok_status();
+    return check(event_destroy_(e), "cuEventDestroy");
+  }
 
   StatusOr<int> version() override {
     int v = 0;
@@ -193,6 +221,12 @@ class DlDriver : public Driver {
   CUresult (*exec_destroy_)(void*) = nullptr;
   CUresult (*graph_destroy_)(void*) = nullptr;
   bool graphs_ = false;
+  CUresult (*event_create_)(void**, unsigned) = nullptr;
+  CUresult (*event_record_)(void*, void*) = nullptr;
+  CUresult (*event_sync_)(void*) = nullptr;
+  CUresult (*event_destroy_)(void*) = nullptr;
+  CUresult (*event_elapsed_)(float*, void*, void*) = nullptr;
+  bool events_ = false;
   void* stream_ = nullptr;  // CUstream
   CUresult (*error_name_)(CUresult, const char**) = nullptr;
 };

@@ -26,6 +26,8 @@ using ModuleHandle = void*;
 using FunctionHandle = void*;
 /// An instantiated CUDA graph (CUgraphExec).
 using GraphHandle = void*;
+/// A CUDA event (CUevent), for timing work on the stream.
+using EventHandle = void*;
 
 class Driver {
  public:
@@ -59,6 +61,17 @@ class Driver {
   virtual StatusOr<GraphHandle> end_capture() { return unimplemented("CUDA graphs are not supported by this driver"); }
   virtual Status launch_graph(GraphHandle) { return unimplemented("CUDA graphs are not supported by this driver"); }
   virtual Status destroy_graph(GraphHandle) { return ok_status(); }
+
+  // Events for timing (cuEventCreate / cuEventRecord / cuEventElapsedTime): record_event() marks
+  // the point the stream's work has reached; elapsed_ms() waits for `end` to complete and gives
+  // the time between the two marks in milliseconds (about half a microsecond of resolution).
+  // Drivers without events keep these defaults (Unimplemented).
+  virtual StatusOr<EventHandle> create_event() { return unimplemented("CUDA events are not supported by this driver"); }
+  virtual Status record_event(EventHandle) { return unimplemented("CUDA events are not supported by this driver"); }
+  virtual StatusOr<float> elapsed_ms(EventHandle, EventHandle) {
+    return unimplemented("CUDA events are not supported by this driver");
+  }
+  virtual Status destroy_event(EventHandle) { return ok_status(); }
 };
 
 /// dlopen("libcuda.so.1") and cuInit(0). Errors: Unavailable "no CUDA driver: ..." when the

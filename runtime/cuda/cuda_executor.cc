@@ -5,6 +5,7 @@
 
 #include "runtime/cuda/module_select.h"
 #include "runtime/engine/batch_check.h"
+#include "runtime/engine/profiler.h"
 
 namespace llmrt::cuda {
 
@@ -15,6 +16,8 @@ struct CudaExecutor::Step {
   using Launch = CudaExecutor::Launch;
   Launch main, batched;  // batched (kernel -1: none) runs steps of batched_min_rows rows or more
   int batched_min_rows = 0;
+  std::string kernels;  // for profiles: "n4096_k4096_bf16 (tc from 16 rows)"
+
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
   int layer = 0;
@@ -71,6 +74,7 @@ std::string CudaExecutor::device_name() const {
 
 CudaExecutor::~CudaExecutor() {
   if (!driver_) return;
+  for (EventHandle e : events_) (void)driver_->destroy_event(e);
   for (GraphHandle g : graphs_)
     if (g) (void)driver_->destroy_graph(g);
   for (DevicePtr p : allocations_) (void)driver_->free(p);
@@ -302,6 +306,15 @@ Status CudaExecutor::decode(const Plan& plan) {
       return invalid_argument(st.where + ": its kernel '" + (kernel.name() ? kernel.name()->str() : "?") +
                               "' is of family '" + st.family + "', expected '" + family_of(st.op) + "'");
     RETURN_IF_ERROR(launch(s.kernel(), &st.main));
+    // The entry without "llm_<family>_" and its hash: the kernel's shape and storage.
+    auto shape = [&](const fb::Kernel& k) {
+      std::string e = k.name() ? k.name()->str() : "";
+      const std::string prefix = "llm_" + st.family + "_";
+      if (e.rfind(prefix, 0) == 0) e = e.substr(prefix.size());
+      const size_t cut = e.rfind('_');
+      return cut != std::string::npos && e.size() - cut == 13 ? e.substr(0, cut) : e;
+    };
+    st.kernels = shape(kernel);
     if (s.batched_kernel() >= 0) {  // in range (the plan reader checked)
       const fb::Kernel& b = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(s.batched_kernel()));
       if (!b.family() || b.family()->str() != st.family)
@@ -309,6 +322,10 @@ Status CudaExecutor::decode(const Plan& plan) {
                                 (b.family() ? b.family()->str() : std::string()) + "', expected '" + st.family + "'");
       RETURN_IF_ERROR(launch(s.batched_kernel(), &st.batched));
       st.batched_min_rows = s.batched_min_rows();
+      const std::string b_shape = shape(b);
+      st.kernels += (b_shape.rfind(st.kernels, 0) == 0 ? " (" + b_shape.substr(st.kernels.size() + 1)
+                                                        : " (" + b_shape) +
+                    " from " + std::to_string(st.batched_min_rows) + " rows)";
     }
     st.in = trimmed(s.inputs());
     st.out = trimmed(s.outputs());
@@ -350,6 +367,8 @@ Status CudaExecutor::read_logits(int first, int count, float* out) {
 
 Status CudaExecutor::run(const BatchInput& b, float* logits, LogitsSummary* summaries) {
   summarized_rows_ = 0;
+  const int64_t begin_ns = profiler_ ? profiler_->begin_forward() : 0;
+  if (profiler_ && !events_status_.ok()) return events_status_;
   RETURN_IF_ERROR(check_batch(b, logits ? logits : reinterpret_cast<float*>(summaries),
                               {max_tokens_, max_seqs_, max_model_len_, block_size_, num_kv_blocks_, embedding_rows_},
                               nullptr));
@@ -362,7 +381,7 @@ Status CudaExecutor::run(const BatchInput& b, float* logits, LogitsSummary* summ
                 table_staging_.data() + static_cast<size_t>(s) * table_stride_);
   }
   // A decode step (one row per sequence, logits for each): replay its graph.
-  if (graphs_enabled_ && T > 0 && T == S && L == T) {
+  if (graphs_enabled_ && !profiler_ && T > 0 && T == S && L == T) {
     bool decode = true;
     for (int i = 0; i < T && decode; ++i)
       decode = b.query_start[i + 1] == i + 1 && b.logits_indices[i] == i;
@@ -380,13 +399,58 @@ Status CudaExecutor::run(const BatchInput& b, float* logits, LogitsSummary* summ
     RETURN_IF_ERROR(driver_->copy_to_device(tables_, table_staging_.data(), static_cast<uint64_t>(S) * table_stride_ * 4));
   if (L > 0) RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, b.logits_indices.data(), L * 4ull));
 
-  RETURN_IF_ERROR(launch_steps(T, S, L));
-  return fetch_logits(L, logits, summaries);
+  if (!profiler_) {
+    RETURN_IF_ERROR(launch_steps(T, S, L));
+    return fetch_logits(L, logits, summaries);
+  }
+  RETURN_IF_ERROR(driver_->record_event(events_[0]));
+  RETURN_IF_ERROR(launch_steps(T, S, L, /*timed=*/true));
+  RETURN_IF_ERROR(fetch_logits(L, logits, summaries));  // records the summary kernel's event
+  return record_profile(T, S, L, begin_ns);
+}
+
+void CudaExecutor::set_profiler(Profiler* profiler) {
+  profiler_ = profiler;
+  if (!profiler) return;
+  std::vector<Profiler::StepInfo> info;
+  for (const Step& st : steps_) info.push_back({fb::EnumNameOpKind(st.op), st.where, st.kernels});
+  info.push_back({"LogitsSummary", "logits summary", summary_.kernel >= 0 ? "on the device" : "none in the plan"});
+  profiler->set_program(std::move(info));
+  events_status_ = ok_status();
+  while (events_.size() < steps_.size() + 2) {
+    StatusOr<EventHandle> e = driver_->create_event();
+    if (!e.ok()) {
+      events_status_ = failed_precondition("profiling on " + device_name() + " needs CUDA events: " +
+                                           std::string(e.status().message()));
+      return;
+    }
+    events_.push_back(*e);
+  }
+}
+
+Status CudaExecutor::record_profile(int T, int S, int L, int64_t begin_ns) {
+  // Each step's interval on the device, placed after the forward's start on the host clock.
+  int64_t at = begin_ns;
+  const int n = static_cast<int>(steps_.size());
+  for (int i = 0; i <= n; ++i) {
+    ASSIGN_OR_RETURN(float ms, driver_->elapsed_ms(events_[static_cast<size_t>(i)], events_[static_cast<size_t>(i) + 1]));
+    const int64_t ns = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+    const bool logit_rows = i == n || steps_[static_cast<size_t>(i)].op == fb::OpKind::Logits;
+    profiler_->record_step(i, logit_rows ? L : T, at, at + ns);
+    at += ns;
+  }
+  profiler_->end_forward(T, S, begin_ns, std::max(at, Profiler::now_ns()));
+  return ok_status();
 }
 
 Status CudaExecutor::fetch_logits(int L, float* logits, LogitsSummary* summaries) {
-  if (L == 0) return ok_status();
-  if (logits) return driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4);
+  // Profiling: the last event closes the summary kernel (no time when it does not run).
+  auto closing = [&] { return profiler_ ? driver_->record_event(events_.back()) : ok_status(); };
+  if (L == 0 || logits) {
+    RETURN_IF_ERROR(closing());
+    if (L == 0) return ok_status();
+    return driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4);
+  }
   // One block per row: the rows' summaries, then only those come back.
   args_.assign({logits_, summaries_, 0});
   std::memcpy(&args_[2], &L, sizeof(L));
@@ -396,6 +460,7 @@ Status CudaExecutor::fetch_logits(int L, float* logits, LogitsSummary* summaries
   RETURN_IF_ERROR(driver_->launch(summary_.fn, static_cast<unsigned>(grid), summary_.block, summary_.shared,
                                   params_.data())
                       .with_context("the logits summary kernel"));
+  RETURN_IF_ERROR(closing());
   RETURN_IF_ERROR(driver_->copy_to_host(summaries, summaries_, static_cast<uint64_t>(L) * sizeof(LogitsSummary)));
   summarized_rows_ = L;
   return ok_status();
@@ -441,9 +506,11 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B) {
   return ok_status();
 }
 
-Status CudaExecutor::launch_steps(int T, int S, int L) {
+Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
   std::vector<uint64_t>& args = args_;
-  for (const Step& st : steps_) {
+  for (size_t index = 0; index < steps_.size(); ++index) {
+    const Step& st = steps_[index];
+    if (timed && index > 0) RETURN_IF_ERROR(driver_->record_event(events_[index]));  // step index-1 done
     int rows = T;
     args.clear();
     auto ptr = [&](DevicePtr v) { args.push_back(v); };
@@ -522,6 +589,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L) {
     Status launched = driver_->launch(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
   }
+  if (timed) RETURN_IF_ERROR(driver_->record_event(events_[steps_.size()]));  // the last step done
   return ok_status();
 }
 

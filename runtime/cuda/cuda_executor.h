@@ -96,6 +96,12 @@ class CudaExecutor : public Executor {
     return static_cast<int>(graphs_.size() - std::count(graphs_.begin(), graphs_.end(), nullptr));
   }
   bool graphs_enabled() const { return graphs_enabled_; }
+  /// Times every step on the device with CUDA events into `profiler` (nullptr detaches), plus a
+  /// "LogitsSummary" step for the summary kernel: while one is attached, decode steps launch
+  /// kernel by kernel instead of replaying their graph (a graph's kernels cannot be timed one by
+  /// one), so the table shows each kernel's device time without the launch gaps graphs remove.
+  /// A driver without events makes forward() fail with failed_precondition saying so.
+  void set_profiler(Profiler* profiler) override;
 
   struct Step;
 
@@ -104,8 +110,11 @@ class CudaExecutor : public Executor {
   Status init(const Plan& plan, const CudaExecutorOptions& options);
   Status decode(const Plan& plan);
   DevicePtr value_ptr(int id) const;
-  /// Launches every step for T rows, S sequences and L logits rows (the buffers hold the batch).
-  Status launch_steps(int T, int S, int L);
+  /// Launches every step for T rows, S sequences and L logits rows (the buffers hold the batch);
+  /// with `timed`, records events_[i + 1] after step i.
+  Status launch_steps(int T, int S, int L, bool timed = false);
+  /// The profiled forward's device times into profiler_ (events_ recorded).
+  Status record_profile(int T, int S, int L, int64_t begin_ns);
   /// One step; its L logits rows come back whole (logits) or summarized (summaries).
   Status run(const BatchInput& b, float* logits, LogitsSummary* summaries);
   /// The decode forward through the graph of padded size B (captured on first use).
@@ -152,6 +161,11 @@ class CudaExecutor : public Executor {
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_rows_;
   std::vector<int64_t> pad_slots_;
   std::vector<ModuleHandle> modules_;
+  // Profiling: the attached profiler and its events (one before the first step, one after each
+  // step, one after the summary kernel), created when it is attached.
+  Profiler* profiler_ = nullptr;
+  std::vector<EventHandle> events_;
+  Status events_status_;
   // One launch's parameter slots and the pointers cuLaunchKernel takes, reused by every step.
   std::vector<uint64_t> args_;
   std::vector<void*> params_;

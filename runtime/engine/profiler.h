@@ -1,6 +1,8 @@
-// Per-step profiling of CpuExecutor::forward() (`llmrt run --profile`, `llmrt bench --profile`,
-// `--trace FILE`). The executor times each step with the steady clock when a profiler is attached
-// and does nothing extra when none is (one branch on a null pointer per step).
+// Per-step profiling of an executor's forward() (`llmrt run --profile`, `llmrt bench --profile`,
+// `--trace FILE`). The CPU executor times each step with the steady clock when a profiler is
+// attached and does nothing extra when none is (one branch on a null pointer per step); the CUDA
+// executor times each kernel on the device with CUDA events and passes the intervals, placed
+// after the forward's start on the host clock.
 //
 // Aggregation is per step index (calls, total time), folded on demand into a table per op kind
 // and per kernel (op, shape detail and the step's name with layer indices folded:
@@ -55,7 +57,7 @@ class Profiler {
 
   explicit Profiler(ProfilerOptions options = {});
 
-  /// Called by CpuExecutor::set_profiler(); resets the statistics (events are kept).
+  /// Called by the executor's set_profiler(); resets the statistics (events are kept).
   void set_program(std::vector<StepInfo> steps);
   size_t num_steps() const { return steps_.size(); }
 

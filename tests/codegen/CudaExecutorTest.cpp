@@ -8,6 +8,7 @@
 
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/engine/cpu_executor.h"
+#include "runtime/engine/profiler.h"
 #include "runtime/plan/plan_file.h"
 #include "runtime/sampler/logits_summary.h"
 #include "tests/unit/tiny_plan.h"
@@ -39,8 +40,8 @@ namespace cuda = llmrt::cuda;
 class EmulatedDriver : public cuda::Driver {
 public:
   /// `graphs`: whether the emulated driver offers CUDA graphs (false: the Driver defaults).
-  EmulatedDriver(const llmrt::fb::Plan &plan, uint64_t memory, bool graphs = true)
-      : plan_(plan), memory_(memory), graphs_(graphs) {}
+  EmulatedDriver(const llmrt::fb::Plan &plan, uint64_t memory, bool graphs = true, bool events = true)
+      : plan_(plan), memory_(memory), graphs_(graphs), events_(events) {}
   ~EmulatedDriver() override {
     for (auto &[p, bytes] : live_)
       std::free(reinterpret_cast<void *>(p));
@@ -156,6 +157,28 @@ public:
     }
     return llmrt::ok_status();
   }
+
+  // Events: launches run on the host as they are made, so the host clock at a record is the
+  // point the stream has reached.
+  llmrt::StatusOr<cuda::EventHandle> create_event() override {
+    if (!events_)
+      return cuda::Driver::create_event();
+    eventTimes_.push_back(std::make_unique<int64_t>(-1));
+    return static_cast<cuda::EventHandle>(eventTimes_.back().get());
+  }
+  llmrt::Status record_event(cuda::EventHandle e) override {
+    RETURN_IF_ERROR(notCapturing("record_event"));
+    *static_cast<int64_t *>(e) = llmrt::Profiler::now_ns();
+    ++eventRecords_;
+    return llmrt::ok_status();
+  }
+  llmrt::StatusOr<float> elapsed_ms(cuda::EventHandle a, cuda::EventHandle b) override {
+    const int64_t t0 = *static_cast<int64_t *>(a), t1 = *static_cast<int64_t *>(b);
+    if (t0 < 0 || t1 < 0)
+      return llmrt::invalid_argument("emulated elapsed_ms: an event was never recorded");
+    return static_cast<float>(double(t1 - t0) / 1e6);
+  }
+  int eventRecords() const { return eventRecords_; }
 
   int launches() const { return launches_; }
   int graphsCaptured() const { return static_cast<int>(graphs_made_.size()); }
@@ -276,6 +299,9 @@ private:
   int graphLaunches_ = 0;
   int tensorCoreLaunches_ = 0;
   int tiledAttentionLaunches_ = 0;
+  bool events_ = true;
+  std::vector<std::unique_ptr<int64_t>> eventTimes_;
+  int eventRecords_ = 0;
 };
 
 /// `llmc compile <model> -o <dir>/plan.fb <args>`.
@@ -479,6 +505,68 @@ TEST(CudaExecutor, LargeStepsRunTiledAttentionOnTensorCores) {
   const int graphs = driver.graphLaunches();
   EXPECT_EQ(tiled(makeStep(ctx, std::vector<int>(seqs, 1), bs, mb, V, 5)), layers);
   EXPECT_EQ(driver.graphLaunches() - graphs, 1);
+}
+
+TEST(CudaExecutor, ProfilesEveryKernelWithEvents) {
+  // A prefill then a decode step with a profiler attached: every step and the summary kernel
+  // timed by events, the decode launched kernel by kernel (no graph); detached, decode replays
+  // its graph again. A driver without events: forward() says so.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  auto ex = makeExecutors(**plan, driver, 64, 4, 16);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  const int V = ex->V, bs = ex->bs, mb = 4;
+  llmrt::Profiler profiler;
+  gpu->set_profiler(&profiler);
+  const int steps = gpu->launches_per_step();
+  ASSERT_EQ(profiler.num_steps(), size_t(steps) + 1); // + the logits summary
+  Step prefill = makeStep({40, 5}, {40, 5}, bs, mb, V, 1); // 45 rows: tensor-core kernels
+  ex->compare(prefill, 3e-3);                                // whole logits rows
+  // Decode, summarized on the device (the CPU keeps its cache in step).
+  const Step decode = makeStep({41, 6}, {1, 1}, bs, mb, V, 2);
+  std::vector<llmrt::LogitsSummary> sums(2);
+  std::vector<float> cpuLogits(2 * size_t(V));
+  ASSERT_TRUE(gpu->forward_summary(decode.input(), sums.data()).ok());
+  ASSERT_TRUE(ex->cpu->forward(decode.input(), cpuLogits.data()).ok());
+  EXPECT_EQ(driver.graphLaunches(), 0);
+  EXPECT_EQ(driver.eventRecords(), 2 * (steps + 2));
+  const llmrt::ProfileTable t = profiler.table();
+  EXPECT_EQ(t.forwards, 2);
+  EXPECT_EQ(t.rows, 47);
+  int64_t steps_ns = 0;
+  std::map<std::string, int64_t> calls;
+  for (const llmrt::ProfileRow &r : t.by_op) {
+    calls[r.name] = r.calls;
+    steps_ns += r.total_ns;
+  }
+  EXPECT_EQ(calls["LogitsSummary"], 2);
+  EXPECT_EQ(calls["PagedAttention"], 2 * 2); // 2 layers, 2 forwards
+  EXPECT_EQ(calls["Linear"], 2 * 2 * 4);     // qkv, o, gate_up, down per layer
+  EXPECT_GT(steps_ns, 0);
+  EXPECT_LE(steps_ns, t.forward_ns);
+  // Kernels are named by shape and storage, the tensor-core one with its threshold.
+  const std::string table = profiler.format_table();
+  EXPECT_NE(table.find("PagedAttention h4_kv2_d16_b16 (tc from 33 rows)"), std::string::npos) << table;
+  EXPECT_NE(table.find("Linear n64_k64_f32 (tc from 16 rows)"), std::string::npos) << table;
+  EXPECT_NE(table.find("LogitsSummary on the device"), std::string::npos) << table;
+  // Detached: the next decode replays a graph.
+  gpu->set_profiler(nullptr);
+  ex->compare(makeStep({42, 7}, {1, 1}, bs, mb, V, 3), 3e-3);
+  EXPECT_EQ(driver.graphLaunches(), 1);
+
+  EmulatedDriver plain((*plan)->fb(), uint64_t{1} << 30, /*graphs=*/true, /*events=*/false);
+  auto ex2 = makeExecutors(**plan, plain, 64, 4, 16);
+  ASSERT_TRUE(ex2.ok()) << ex2.status().to_string();
+  llmrt::Profiler p2;
+  ex2->gpu->set_profiler(&p2);
+  auto st = ex2->gpu->forward_summary(prefill.input(), sums.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), llmrt::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("CUDA events"), std::string::npos) << st.to_string();
 }
 
 TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {

@@ -136,6 +136,12 @@ for plan in llama3_8b_int4_g128 llama3_8b_int4_g128_notc; do
     say "$plan:"; say '```'; cat "$OUT/$plan.pp$pp.txt" | tee -a "$MD" > /dev/null; say '```'
   done
 done
+say "device time per kernel (CUDA events, launched one by one), int4-g128 and bf16: prefill of 512, decode at batch 1:"
+for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+  timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512 --tg 32 --batch 0 -r 1 --profile \
+    > "$OUT/$plan.profile.txt" 2>&1 || say "$plan profile FAILED"
+  say "$plan:"; say '```'; cat "$OUT/$plan.profile.txt" | tee -a "$MD" > /dev/null; say '```'
+done
 say "decode at batch 1 after a 3968-token prompt (int4-g128; attention split over blocks, flash-decoding):"
 timeout 300 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128.fb" --device cuda --pp 0 --tg 64 --batch 0 --depth 3968 -r 2 \
   > "$OUT/llama3_8b_int4_g128_depth.txt" 2>&1 || say "depth bench FAILED"
