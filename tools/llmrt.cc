@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   std::string cpu_kernels;
   std::string device = "cpu";
   bool no_cuda_graphs = false;
+  bool no_tiled_attention = false;
   int step_tokens = 512;
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
                   "(cuda when it can run the plan, else cpu)");
   run->add_flag("--pin-threads", pin_threads, "pin each CPU thread to one core");
   run->add_flag("--no-cuda-graphs", no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  run->add_flag("--no-tiled-attention", no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   run->add_option("--step-tokens", step_tokens, "tokens per forward step: prompts are prefilled in chunks of this many")
       ->capture_default_str();
   run->add_option("--cpu-kernels", cpu_kernels,
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
   if (auto s = llmrt::check_device_name(device); !s.ok()) return fail(s);
   gopts.device = device;
   gopts.cuda_graphs = !no_cuda_graphs;
+  gopts.tiled_attention = !no_tiled_attention;
   gopts.executor.threads = threads;
   gopts.executor.pin_threads = pin_threads;
   gopts.executor.cpu_kernels = cpu_kernels;

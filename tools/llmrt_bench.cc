@@ -62,6 +62,7 @@ struct BenchFlags {
   std::string cpu_kernels;  // "" = the plan's
   std::string device = "cpu";
   bool no_cuda_graphs = false;
+  bool no_tiled_attention = false;
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
@@ -326,6 +327,7 @@ int run_bench(const BenchFlags& f) {
   if (auto s = llmrt::check_device_name(f.device); !s.ok()) return fail(s);
   gopts.device = f.device;
   gopts.cuda_graphs = !f.no_cuda_graphs;
+  gopts.tiled_attention = !f.no_tiled_attention;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -459,6 +461,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--isa", f.isa, "SIMD level of the CPU kernels (scalar, avx2, avx2-vnni, avx512-vnni; default: the best this CPU has)");
   cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  cmd->add_flag("--no-tiled-attention", f.no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

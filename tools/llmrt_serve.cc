@@ -39,6 +39,7 @@ struct ServeFlags {
   std::string cpu_kernels;
   std::string device = "cpu";
   bool no_cuda_graphs = false;
+  bool no_tiled_attention = false;
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   int max_model_len = 0;
@@ -174,6 +175,7 @@ int run_serve(const ServeFlags& f) {
   eo.cpu_kernels = f.cpu_kernels;
   eo.device = f.device;
   eo.cuda_graphs = !f.no_cuda_graphs;
+  eo.tiled_attention = !f.no_tiled_attention;
   eo.max_num_batched_tokens = f.max_num_batched_tokens;
   eo.max_num_seqs = f.max_num_seqs;
   eo.max_model_len = f.max_model_len;
@@ -228,6 +230,7 @@ Subcommand add_serve_command(CLI::App& app) {
         return s.ok() ? std::string() : std::string(s.message());
       });
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  cmd->add_flag("--no-tiled-attention", f.no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")
       ->check(CLI::IsMember({"reference", "fast"}));

@@ -136,6 +136,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   if (opt.max_grid < 1) return invalid_argument("max_grid must be >= 1");
   max_grid_ = opt.max_grid;
   graphs_enabled_ = opt.cuda_graphs;
+  tiled_attention_ = opt.tiled_attention;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -315,7 +316,7 @@ Status CudaExecutor::decode(const Plan& plan) {
       return cut != std::string::npos && e.size() - cut == 13 ? e.substr(0, cut) : e;
     };
     st.kernels = shape(kernel);
-    if (s.batched_kernel() >= 0) {  // in range (the plan reader checked)
+    if (s.batched_kernel() >= 0 && (st.op != fb::OpKind::PagedAttention || tiled_attention_)) {  // in range (checked)
       const fb::Kernel& b = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(s.batched_kernel()));
       if (!b.family() || b.family()->str() != st.family)
         return invalid_argument(st.where + ": its batched kernel is of family '" +

@@ -45,6 +45,8 @@ struct CudaExecutorOptions {
   int num_kv_blocks = 0;             // 0: what memory_utilization leaves after the rest
   int max_grid = 65535 * 32;         // cap on gridDim.x (the kernels walk items grid-stride)
   bool cuda_graphs = true;           // replay decode steps as CUDA graphs (when the driver has them)
+  bool tiled_attention = true;       // steps of batched_min_rows rows or more run the plan's tiled
+                                     // paged attention (false: the per-row kernel, to compare)
 };
 
 class CudaExecutor : public Executor {
@@ -156,6 +158,7 @@ class CudaExecutor : public Executor {
   std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]
   // Decode graphs: sizes, and per size its graph (null until captured); padded batch staging.
   bool graphs_enabled_ = false;
+  bool tiled_attention_ = true;
   std::vector<int> graph_sizes_;
   std::vector<GraphHandle> graphs_;  // parallel to graph_sizes_
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_rows_;

@@ -42,6 +42,7 @@ struct GeneratorOptions {
   CpuExecutorOptions executor;
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;          // --no-cuda-graphs: launch decode steps kernel by kernel
+  bool tiled_attention = true;      // --no-tiled-attention: paged attention on the per-row kernel only
   std::vector<int32_t> eos_ids;     // stop tokens; empty: the plan's generation defaults
 };
 

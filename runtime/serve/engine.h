@@ -58,6 +58,7 @@ struct EngineOptions {
   std::string device = "cpu";      // cpu | cuda[:N] | auto (runtime/engine/make_executor.h); on a GPU
                                    // memory_utilization is the device's share (0: 0.9)
   bool cuda_graphs = true;         // --no-cuda-graphs: launch decode steps kernel by kernel
+  bool tiled_attention = true;     // --no-tiled-attention: paged attention on the per-row kernel only
 };
 
 /// What create() settled on (for the startup log and /health).

@@ -382,8 +382,9 @@ struct Executors {
 };
 
 llmrt::StatusOr<Executors> makeExecutors(const llmrt::Plan &plan, EmulatedDriver &driver, int tokens, int seqs,
-                                         int blocks, bool graphs = true) {
+                                         int blocks, bool graphs = true, bool tiledAttention = true) {
   cuda::CudaExecutorOptions go;
+  go.tiled_attention = tiledAttention;
   go.max_tokens_per_step = tokens;
   go.max_seqs_per_step = seqs;
   go.num_kv_blocks = blocks;
@@ -505,6 +506,15 @@ TEST(CudaExecutor, LargeStepsRunTiledAttentionOnTensorCores) {
   const int graphs = driver.graphLaunches();
   EXPECT_EQ(tiled(makeStep(ctx, std::vector<int>(seqs, 1), bs, mb, V, 5)), layers);
   EXPECT_EQ(driver.graphLaunches() - graphs, 1);
+
+  // tiled_attention = false (llmrt --no-tiled-attention): the same large step on the per-row
+  // kernel, still within TF32 rounding of the CPU (the linear steps keep their tensor cores).
+  EmulatedDriver perRow((*plan)->fb(), uint64_t{1} << 30);
+  auto ex2 = makeExecutors(**plan, perRow, 128, 40, seqs * mb, true, /*tiledAttention=*/false);
+  ASSERT_TRUE(ex2.ok()) << ex2.status().to_string();
+  ex2->compare(makeStep({40, 10}, {40, 10}, bs, mb, V, 1), tol);
+  EXPECT_EQ(perRow.tiledAttentionLaunches(), 0);
+  EXPECT_GT(perRow.tensorCoreLaunches(), 0);
 }
 
 TEST(CudaExecutor, ProfilesEveryKernelWithEvents) {

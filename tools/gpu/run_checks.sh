@@ -136,6 +136,10 @@ for plan in llama3_8b_int4_g128 llama3_8b_int4_g128_notc; do
     say "$plan:"; say '```'; cat "$OUT/$plan.pp$pp.txt" | tee -a "$MD" > /dev/null; say '```'
   done
 done
+say "prefill of 2048 tokens, int4-g128, paged attention on the per-row kernel (--no-tiled-attention; the tiled kernel's win, next to the pp2048 above):"
+timeout 200 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128.fb" --device cuda --pp 2048 --tg 0 --batch 0 -r 2 --no-tiled-attention \
+  > "$OUT/llama3_8b_int4_g128.pp2048_per_row.txt" 2>&1 || say "per-row attention bench FAILED"
+say '```'; cat "$OUT/llama3_8b_int4_g128.pp2048_per_row.txt" | tee -a "$MD" > /dev/null; say '```'
 say "device time per kernel (CUDA events, launched one by one), int4-g128 and bf16: prefill of 512, decode at batch 1:"
 for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
   timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512 --tg 32 --batch 0 -r 1 --profile \
