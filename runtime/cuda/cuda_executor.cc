@@ -17,6 +17,7 @@ struct CudaExecutor::Step {
   Launch main, batched;  // batched (kernel -1: none) runs steps of batched_min_rows rows or more
   int batched_min_rows = 0;
   std::string kernels;  // for profiles: "n4096_k4096_bf16 (tc from 16 rows)"
+  uint64_t weight_bytes = 0;  // read whole per call (step_weight_bytes), for profiles
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -316,6 +317,7 @@ Status CudaExecutor::decode(const Plan& plan) {
       return cut != std::string::npos && e.size() - cut == 13 ? e.substr(0, cut) : e;
     };
     st.kernels = shape(kernel);
+    st.weight_bytes = step_weight_bytes(p, s);
     if (s.batched_kernel() >= 0 && (st.op != fb::OpKind::PagedAttention || tiled_attention_)) {  // in range (checked)
       const fb::Kernel& b = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(s.batched_kernel()));
       if (!b.family() || b.family()->str() != st.family)
@@ -414,7 +416,7 @@ void CudaExecutor::set_profiler(Profiler* profiler) {
   profiler_ = profiler;
   if (!profiler) return;
   std::vector<Profiler::StepInfo> info;
-  for (const Step& st : steps_) info.push_back({fb::EnumNameOpKind(st.op), st.where, st.kernels});
+  for (const Step& st : steps_) info.push_back({fb::EnumNameOpKind(st.op), st.where, st.kernels, st.weight_bytes});
   info.push_back({"LogitsSummary", "logits summary", summary_.kernel >= 0 ? "on the device" : "none in the plan"});
   profiler->set_program(std::move(info));
   events_status_ = ok_status();

@@ -42,6 +42,7 @@ struct CpuExecutor::Step {
   std::vector<float> inv_freq;
   std::vector<int64_t> sizes;
   std::vector<int32_t> perm;    // PermuteColumns
+  uint64_t weight_bytes = 0;    // read whole per call (step_weight_bytes), for profiles
 };
 
 namespace {
@@ -212,8 +213,10 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   const int num_steps = prog->steps() ? static_cast<int>(prog->steps()->size()) : 0;
   if (num_steps == 0) return invalid_argument("forward program has no steps");
   steps_.resize(num_steps);
-  for (int i = 0; i < num_steps; ++i)
+  for (int i = 0; i < num_steps; ++i) {
     RETURN_IF_ERROR(decode_step(plan, *prog->steps()->Get(i), i, &steps_[i]));
+    steps_[i].weight_bytes = step_weight_bytes(plan.fb(), *prog->steps()->Get(i));
+  }
   RETURN_IF_ERROR(check_memory_plan());
   if (embedding_rows_ <= 0) return invalid_argument("forward program has no Embedding step");
 
@@ -815,7 +818,7 @@ void CpuExecutor::set_profiler(Profiler* profiler) {
       default:
         break;
     }
-    info[i] = {op_name(st.op), st.where, std::move(detail)};
+    info[i] = {op_name(st.op), st.where, std::move(detail), st.weight_bytes};
   }
   profiler->set_program(std::move(info));
 }

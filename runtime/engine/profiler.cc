@@ -42,6 +42,7 @@ std::vector<ProfileRow> sorted_rows(const std::map<std::string, ProfileRow>& gro
     row.name = name;
     row.mean_us = row.calls ? row.total_ns / 1e3 / row.calls : 0.0;
     row.percent = forward_ns > 0 ? 100.0 * row.total_ns / forward_ns : 0.0;
+    row.weight_gb_per_s = row.total_ns > 0 ? static_cast<double>(row.weight_bytes) / row.total_ns : 0.0;  // B/ns
     rows.push_back(std::move(row));
   }
   std::stable_sort(rows.begin(), rows.end(), [](const ProfileRow& a, const ProfileRow& b) {
@@ -56,16 +57,20 @@ void append_rows(std::string* out, const char* title, const std::vector<ProfileR
   const size_t shown = max_rows ? std::min(max_rows, rows.size()) : rows.size();
   for (size_t i = 0; i < shown; ++i) width = std::max(width, rows[i].name.size());
   width = std::min<size_t>(width, 60);
+  bool weights = false;  // the weight bandwidth column, where some step reads weights
+  for (const ProfileRow& r : rows) weights |= r.weight_bytes > 0;
   char line[256];
-  std::snprintf(line, sizeof line, "  %-*s %10s %11s %11s %7s\n", static_cast<int>(width), title,
-                "calls", "total ms", "mean us", "%");
+  std::snprintf(line, sizeof line, "  %-*s %10s %11s %11s %7s%s\n", static_cast<int>(width), title,
+                "calls", "total ms", "mean us", "%", weights ? "  weights GB/s" : "");
   *out += line;
   for (size_t i = 0; i < shown; ++i) {
     const ProfileRow& r = rows[i];
     std::string name = r.name.size() > width ? r.name.substr(0, width - 3) + "..." : r.name;
-    std::snprintf(line, sizeof line, "  %-*s %10" PRId64 " %11.3f %11.2f %7.2f\n",
+    char gbs[32] = "";
+    if (r.weight_bytes > 0) std::snprintf(gbs, sizeof gbs, " %14.1f", r.weight_gb_per_s);
+    std::snprintf(line, sizeof line, "  %-*s %10" PRId64 " %11.3f %11.2f %7.2f%s\n",
                   static_cast<int>(width), name.c_str(), r.calls, r.total_ns / 1e6, r.mean_us,
-                  r.percent);
+                  r.percent, gbs);
     *out += line;
   }
   if (shown < rows.size()) {
@@ -167,12 +172,11 @@ ProfileTable Profiler::table() const {
     const StepStat& s = stats_[i];
     if (s.calls == 0) continue;
     in_steps += s.total_ns;
-    ProfileRow& o = ops[steps_[i].op];
-    o.calls += s.calls;
-    o.total_ns += s.total_ns;
-    ProfileRow& k = kernels[kernel_name(steps_[i])];
-    k.calls += s.calls;
-    k.total_ns += s.total_ns;
+    for (ProfileRow* r : {&ops[steps_[i].op], &kernels[kernel_name(steps_[i])]}) {
+      r->calls += s.calls;
+      r->total_ns += s.total_ns;
+      r->weight_bytes += steps_[i].weight_bytes * static_cast<uint64_t>(s.calls);
+    }
   }
   t.outside_ns = std::max<int64_t>(0, forward_ns_ - in_steps);
   t.by_op = sorted_rows(ops, forward_ns_);

@@ -31,6 +31,8 @@ struct ProfileRow {
   int64_t total_ns = 0;
   double mean_us = 0;
   double percent = 0;    // of the time spent in forward()
+  uint64_t weight_bytes = 0;  // weights read by all the calls (StepInfo::weight_bytes x calls)
+  double weight_gb_per_s = 0;  // weight_bytes / total time: the effective weight bandwidth
 };
 
 struct ProfileTable {
@@ -53,6 +55,7 @@ class Profiler {
     std::string op;      // "Linear"
     std::string where;   // "step 12 (Linear 'layers.0.q_proj')"
     std::string detail;  // what tells kernels of one op apart: "576->1728" (may be empty)
+    uint64_t weight_bytes = 0;  // weights read whole per call (step_weight_bytes; 0: none)
   };
 
   explicit Profiler(ProfilerOptions options = {});
@@ -85,8 +88,8 @@ class Profiler {
   void reset_stats();
 
   ProfileTable table() const;
-  /// Text table: a summary line, then per op kind and per kernel. max_kernel_rows > 0 keeps the
-  /// kernel table to that many rows.
+  /// Text table: a summary line, then per op kind and per kernel (with a "weights GB/s" column
+  /// where steps read weights). max_kernel_rows > 0 keeps the kernel table to that many rows.
   std::string format_table(size_t max_kernel_rows = 0) const;
 
   size_t num_events() const { return events_.size(); }

@@ -327,6 +327,14 @@ const fb::Param* find_param(const fb::Step& step, std::string_view key) {
   return nullptr;
 }
 
+uint64_t step_weight_bytes(const fb::Plan& plan, const fb::Step& step) {
+  if (step.op() == fb::OpKind::Embedding || !step.weights() || !plan.tensors()) return 0;
+  uint64_t bytes = 0;
+  for (int32_t w : *step.weights())
+    if (w >= 0 && static_cast<uint32_t>(w) < plan.tensors()->size()) bytes += plan.tensors()->Get(w)->size();
+  return bytes;
+}
+
 struct PlanFileWriter::State {
   FILE* f = nullptr;
   std::string path;

@@ -133,4 +133,9 @@ class PlanFileWriter {
 /// Decoded `Param` lookups over a step's sorted params.
 const fb::Param* find_param(const fb::Step& step, std::string_view key);
 
+/// The weight bytes a step reads whole on every call: the sizes of its weight tensors, except an
+/// Embedding's table (a step gathers only its rows' rows of it). Indices outside the plan's
+/// tensors count nothing. For the profilers' weight bandwidth.
+uint64_t step_weight_bytes(const fb::Plan& plan, const fb::Step& step);
+
 }  // namespace llmrt

@@ -34,8 +34,9 @@ def table_rows(stdout):
 
 
 def profile_sections(stderr):
-    """Profile tables in stderr: list of (summary line, {op: (calls, ms, us, pct)}, {kernel: ...})."""
-    sections, cur, part = [], None, None
+    """Profile tables in stderr: list of (summary line, {op: (calls, ms, us, pct, weights GB/s or None)},
+    {kernel: ...})."""
+    sections, cur, part, ends = [], None, None, None
     for line in stderr.splitlines():
         if line.startswith("profile: "):
             cur = (line, {}, {})
@@ -43,10 +44,17 @@ def profile_sections(stderr):
             part = None
         elif cur is not None and re.match(r"^  (op|kernel)\s+calls\s+total ms", line):
             part = cur[1] if line.split()[0] == "op" else cur[2]
+            # Columns are right-aligned to their headers' ends (the name column is left-aligned).
+            ends = [line.index(h) + len(h) for h in ("calls", "total ms", "mean us", "%")]
+            if "weights GB/s" in line:
+                ends.append(line.index("weights GB/s") + len("weights GB/s"))
         elif cur is not None and part is not None and line.startswith("  "):
-            m = re.match(r"^  (.*?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", line)
-            assert m, f"bad profile row: {line!r}"
-            part[m.group(1)] = (int(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
+            fields = [line[a:b].strip() for a, b in zip([ends[0] - 10] + ends, ends)]
+            name = line[2:ends[0] - 10].strip()
+            assert name and re.fullmatch(r"\d+", fields[0]) and all(
+                re.fullmatch(r"[\d.]*", f) for f in fields[1:]), f"bad profile row: {line!r}"
+            gbps = float(fields[4]) if len(fields) > 4 and fields[4] else None
+            part[name] = (int(fields[0]), float(fields[1]), float(fields[2] or 0), float(fields[3]), gbps)
         else:
             part = None
     return sections
@@ -172,6 +180,10 @@ def test_run_profile_matches_program(llmrt, tiny_plan, program_ops):
         assert by_op[op][0] == 3 * n, (op, by_op[op])
     assert sum(r[0] for r in by_kernel.values()) == 3 * steps
     assert sum(r[3] for r in by_op.values()) <= 100.5
+    # Steps that read weights whole (linear, logits) show their weight bandwidth; the embedding
+    # gather and attention do not.
+    assert by_op["Linear"][4] > 0 and by_op["Logits"][4] > 0, by_op
+    assert by_op["Embedding"][4] is None and by_op["PagedAttention"][4] is None, by_op
     # Rows are sorted by total time. Kernels split op kinds (by shape), never merge them, and
     # fold layer indices.
     totals = [r[1] for r in by_op.values()]

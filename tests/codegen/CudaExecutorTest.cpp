@@ -563,6 +563,11 @@ TEST(CudaExecutor, ProfilesEveryKernelWithEvents) {
   EXPECT_NE(table.find("PagedAttention h4_kv2_d16_b16 (tc from 33 rows)"), std::string::npos) << table;
   EXPECT_NE(table.find("Linear n64_k64_f32 (tc from 16 rows)"), std::string::npos) << table;
   EXPECT_NE(table.find("LogitsSummary on the device"), std::string::npos) << table;
+  EXPECT_NE(table.find("weights GB/s"), std::string::npos) << table;
+  // The weight bandwidth counts each linear step's tensors once per call.
+  for (const llmrt::ProfileRow &r : t.by_op)
+    if (r.name == "Linear" || r.name == "Logits")
+      EXPECT_GT(r.weight_bytes, 0u) << r.name;
   // Detached: the next decode replays a graph.
   gpu->set_profiler(nullptr);
   ex->compare(makeStep({42, 7}, {1, 1}, bs, mb, V, 3), 3e-3);

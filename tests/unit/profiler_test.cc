@@ -89,6 +89,44 @@ TEST(Profiler, AggregatesPerOpAndKernel) {
   EXPECT_EQ(p.num_events(), 0u);  // keep_events is off by default
 }
 
+TEST(Profiler, WeightBandwidthPerOpAndKernel) {
+  // Steps that read weights: bytes x calls over their time (B/ns = GB/s), folded like the times;
+  // the column appears only where some row has weights.
+  Profiler p;
+  std::vector<Profiler::StepInfo> steps = program();
+  steps[1].weight_bytes = 4000;  // layers.0.q_proj
+  steps[2].weight_bytes = 2000;  // layers.1.q_proj (same kernel name)
+  steps[4].weight_bytes = 1000;  // logits
+  p.set_program(steps);
+  const int64_t step_ns[5] = {10, 100, 100, 100, 50};
+  for (int f = 0; f < 2; ++f) {
+    int64_t t = 1000 * (f + 1);
+    for (int s = 0; s < 5; ++s) {
+      p.record_step(s, 1, t, t + step_ns[s]);
+      t += step_ns[s];
+    }
+    p.end_forward(1, 1, 1000 * (f + 1), 1000 * (f + 1) + 500);
+  }
+  const ProfileTable tab = p.table();
+  std::map<std::string, ProfileRow> op, k;
+  for (const auto& r : tab.by_op) op[r.name] = r;
+  for (const auto& r : tab.by_kernel) k[r.name] = r;
+  EXPECT_EQ(op["Linear"].weight_bytes, 2u * (4000 + 2000));
+  EXPECT_DOUBLE_EQ(op["Linear"].weight_gb_per_s, 12000.0 / 600);
+  EXPECT_DOUBLE_EQ(k["Linear 'layers.*.q_proj'"].weight_gb_per_s, 12000.0 / 400);
+  EXPECT_EQ(k["Linear 'layers.*.o_proj'"].weight_bytes, 0u);
+  EXPECT_DOUBLE_EQ(op["Logits"].weight_gb_per_s, 2000.0 / 100);
+  EXPECT_EQ(op["Embedding"].weight_bytes, 0u);
+  const std::string text = p.format_table();
+  EXPECT_NE(text.find("weights GB/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("30.0"), std::string::npos) << text;  // the q_proj kernel's 30 GB/s
+  Profiler none;
+  none.set_program(program());
+  none.record_step(1, 1, 0, 10);
+  none.end_forward(1, 1, 0, 20);
+  EXPECT_EQ(none.format_table().find("GB/s"), std::string::npos) << none.format_table();
+}
+
 TEST(Profiler, TraceKeepsEventsUpToTheCap) {
   // Room for two forward() calls of 5 steps (6 events each) but not three.
   Profiler p(ProfilerOptions{.keep_events = true, .max_events = 14});
@@ -164,6 +202,13 @@ TEST(Profiler, ExecutorRecordsEveryStepOnlyWhenAttached) {
   for (const auto& r : t.by_op) calls += r.calls;
   EXPECT_EQ(calls, static_cast<int64_t>(2 * steps));
   EXPECT_EQ(p.num_events(), 2 * (steps + 1));
+  // Linear and Logits steps read their weights whole on every call.
+  for (const auto& r : t.by_op)
+    if (r.name == "Linear" || r.name == "Logits") {
+      EXPECT_GT(r.weight_bytes, 0u) << r.name;
+    } else if (r.name == "Embedding") {
+      EXPECT_EQ(r.weight_bytes, 0u);
+    }
 }
 
 }  // namespace
