@@ -433,7 +433,7 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // The quantized tensor-core tiles' budget: 5 blocks per SM, 96 registers. Left to itself
     // ptxas held them at 64 registers on some SKUs and spilled 16-48 bytes (sm_86/89: int4-g128
     // sym, int8-g128 zp; sm_90: int8-g128 sym); at 96 none spills on sm_80 - sm_90a for Llama-3-8B's
-    // shapes in any format (NvrtcTest.EveryFamilyCompilesForSm80AndSm90 checks sm_80 and sm_90).
+    // shapes in any format (NvrtcTest.QuantizedTensorCoreTilesDoNotSpillOnAnySku).
     body += detail::substitute(kQuantTemplate, {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : "kWarps * 32"}});
   }
   prefix += "_" + storage->tag;

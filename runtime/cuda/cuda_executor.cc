@@ -325,10 +325,10 @@ Status CudaExecutor::decode(const Plan& plan) {
                                 (b.family() ? b.family()->str() : std::string()) + "', expected '" + st.family + "'");
       RETURN_IF_ERROR(launch(s.batched_kernel(), &st.batched));
       st.batched_min_rows = s.batched_min_rows();
-      const std::string b_shape = shape(b);
-      st.kernels += (b_shape.rfind(st.kernels, 0) == 0 ? " (" + b_shape.substr(st.kernels.size() + 1)
-                                                        : " (" + b_shape) +
-                    " from " + std::to_string(st.batched_min_rows) + " rows)";
+      std::string extra = shape(b);  // "n64_k64_f32_tc" next to "n64_k64_f32": "tc"
+      if (extra.size() > st.kernels.size() + 1 && extra.compare(0, st.kernels.size() + 1, st.kernels + "_") == 0)
+        extra.erase(0, st.kernels.size() + 1);
+      st.kernels += " (" + extra + " from " + std::to_string(st.batched_min_rows) + " rows)";
     }
     st.in = trimmed(s.inputs());
     st.out = trimmed(s.outputs());

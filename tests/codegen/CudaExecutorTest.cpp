@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -542,6 +543,10 @@ TEST(CudaExecutor, ProfilesEveryKernelWithEvents) {
   std::vector<float> cpuLogits(2 * size_t(V));
   ASSERT_TRUE(gpu->forward_summary(decode.input(), sums.data()).ok());
   ASSERT_TRUE(ex->cpu->forward(decode.input(), cpuLogits.data()).ok());
+  for (int r = 0; r < 2; ++r) { // each row's largest logit, within TF32 rounding of the CPU's
+    const float cpuMax = *std::max_element(cpuLogits.begin() + r * V, cpuLogits.begin() + (r + 1) * V);
+    EXPECT_NEAR(sums[r].max, cpuMax, 3e-3 * std::max(1.0f, std::fabs(cpuMax))) << r;
+  }
   EXPECT_EQ(driver.graphLaunches(), 0);
   EXPECT_EQ(driver.eventRecords(), 2 * (steps + 2));
   const llmrt::ProfileTable t = profiler.table();

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -102,14 +103,16 @@ inline bool bitEqual(const std::vector<float> &a, const std::vector<float> &b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-/// gridDim.x for T rows by the spec's grid rule (KernelSpec.h).
+/// gridDim.x for T rows of S sequences by the spec's grid rule (KernelSpec.h).
 inline int gridFor(const KernelSpec &spec, int T, int S = 0) {
   std::string rule = spec.gridRule;
   if (const size_t plus = rule.find(" + seqs*"); plus != std::string::npos) {
-    const int perSeq = std::stoi(rule.substr(plus + 8));
+    size_t end = plus + 8; // the rule without " + seqs*<s>", plus s per sequence
+    while (end < rule.size() && std::isdigit(static_cast<unsigned char>(rule[end])))
+      ++end;
     KernelSpec base = spec;
-    base.gridRule = rule.substr(0, plus);
-    return gridFor(base, T) + S * perSeq;
+    base.gridRule = rule.substr(0, plus) + rule.substr(end);
+    return gridFor(base, T) + S * std::stoi(rule.substr(plus + 8, end - plus - 8));
   }
   int small = 1; // " x<m> when rows<=<r>"
   if (const size_t x = rule.find(" x"); x != std::string::npos) {
