@@ -9,8 +9,10 @@
 //
 // paged_attention: one block per (row, group of up to 8 query heads sharing a
 // kv head): GQA reads each K and V row once per group. The block walks the row's
-// visible positions j = max(0, p - W + 1) .. p in tiles of kBlock: each
-// thread scores one position (q . k_j in index order, q pre-scaled), the
+// visible positions j = max(0, p - W + 1) .. p in tiles of kBlock, whose
+// cache rows it looks up once: each warp scores a share of the tile's
+// positions, its lanes splitting the head dimension (coalesced reads of a K
+// row; q pre-scaled; per lane in index order, then an xor tree), the
 // block takes the tile's max and sum with fixed shared-memory trees, and an
 // online softmax (running max m, running sum l) rescales the output
 // accumulator, which threads own by head dimension (summing the tile's
@@ -178,13 +180,15 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
          const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
          const int *__restrict__ query_start, const int *__restrict__ block_tables,
          int max_blocks, int S, float *__restrict__ out, unsigned char *__restrict__ work, int T) {
-  // One item = (row, kGroup query heads sharing a kv head): they read each K and V row once. Every head keeps its own order of operations (scores in index order, the same
+  // One item = (row, kGroup query heads sharing a kv head): they read each K and V row once. Every head keeps its own order of operations (the same score trees, the same
   // reduction trees, V sums in position order), as if it were alone.
   __shared__ float qs[kGroup][kHd];
-  __shared__ float probs[kGroup][kBlock];
+  __shared__ float probs[kGroup][kBlock]; // a tile's scores, then its probabilities
+  __shared__ long long cacheRow[kBlock];  // the tile's positions' cache rows
   __shared__ float red[kBlock];
   __shared__ int isLast;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int kWarps = kBlock / 32;
   int *counters = reinterpret_cast<int *>(work);
   float *parts = reinterpret_cast<float *>(work + kCountersBytes);
   const int chunksPerItem = T <= kSplitRows ? kMaxChunks : 1;
@@ -236,28 +240,45 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
     }
     for (int j0 = lo; j0 <= hi; j0 += kBlock) {
       const int j = j0 + tid;
-      float score[kGroup];
-#pragma unroll
-      for (int g = 0; g < kGroup; ++g)
-        score[g] = negInf;
-      if (j <= hi) {
-        const long long r = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
+      const int n = hi - j0 + 1 < kBlock ? hi - j0 + 1 : kBlock;
+      // The cache rows of the tile's positions, looked up once.
+      if (tid < n)
+        cacheRow[tid] = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
+      __syncthreads();
+      // Scores: warp w takes positions w, w + kWarps, ..., its lanes the head dimensions
+      // (d = lane + 32 i, coalesced reads of the K row), an xor tree the sum; into probs.
+      for (int jj = warp; jj < n; jj += kWarps) {
+        const long long r = cacheRow[jj];
+        float part[kGroup];
 #pragma unroll
         for (int g = 0; g < kGroup; ++g)
-          score[g] = 0.0f;
-#pragma unroll 8
-        for (int d = 0; d < kHd; ++d) { // (a full unroll took 200+ registers on sm_80)
+          part[g] = 0.0f;
+#pragma unroll
+        for (int d = lane; d < kHd; d += 32) {
           const float kd = cacheAt(k_cache, K_SCALES, r, d);
 #pragma unroll
           for (int g = 0; g < kGroup; ++g)
-            score[g] += qs[g][d] * kd;
+            part[g] += qs[g][d] * kd;
+        }
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1)
+            part[g] += __shfl_xor_sync(0xffffffffu, part[g], o);
+          if (lane == 0)
+            probs[g][jj] = part[g];
         }
       }
+      __syncthreads();
+      float score[kGroup];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g)
+        score[g] = j <= hi ? probs[g][tid] : negInf;
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
         const float mNew = fmaxf(m[g], blockMax(score[g], red));
         const float e = j <= hi ? expf(score[g] - mNew) : 0.0f;
-        probs[g][tid] = e;
+        probs[g][tid] = e; // (only this thread reads or writes probs[g][tid] until the barrier)
         const float alpha = expf(m[g] - mNew); // 0 on the first tile (m = -inf)
         l[g] = l[g] * alpha + blockSum(e, red); // blockSum's barriers publish probs
         m[g] = mNew;
@@ -265,15 +286,13 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
         for (int i = 0; i < kPerThread; ++i)
           acc[g][i] *= alpha;
       }
-      const int n = hi - j0 + 1 < kBlock ? hi - j0 + 1 : kBlock;
 #pragma unroll
       for (int i = 0; i < kPerThread; ++i) {
         const int d = tid + i * kBlock;
         if (d < kHd) {
+#pragma unroll 4
           for (int jj = 0; jj < n; ++jj) {
-            const int pos = j0 + jj;
-            const long long r = ((long long)table[pos / kBs] * kHkv + kvHead) * kBs + pos % kBs;
-            const float vd = cacheAt(v_cache, V_SCALES, r, d);
+            const float vd = cacheAt(v_cache, V_SCALES, cacheRow[jj], d);
 #pragma unroll
             for (int g = 0; g < kGroup; ++g)
               acc[g][i] += probs[g][jj] * vd;

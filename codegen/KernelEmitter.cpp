@@ -426,8 +426,42 @@ FailureOr<std::optional<KernelSpec>> emitBatchedKernel(Operation *op) {
   return std::optional<KernelSpec>(std::move(*spec));
 }
 
+bool usesGemmLibrary(Operation *op) {
+  if (op->getName().getStringRef() != "llm.linear" || !hasKernel(op))
+    return false;
+  if (ModuleOp module = op->getParentOfType<ModuleOp>()) {
+    if (auto tc = module->getAttrOfType<BoolAttr>("llm.gpu_tensor_cores"); tc && !tc.getValue())
+      return false;
+    if (auto g = module->getAttrOfType<StringAttr>("llm.gpu_dense_gemm"); g && g.getValue() == "generated")
+      return false;
+  }
+  const std::string w = weightStorage(op, op->getOperand(1));
+  return w == "bf16" || w == "f32";
+}
+
+FailureOr<std::optional<KernelSpec>> emitLibraryInputKernel(Operation *op) {
+  if (!usesGemmLibrary(op) || weightStorage(op, op->getOperand(1)) != "bf16")
+    return std::optional<KernelSpec>();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x))
+    return failure();
+  FailureOr<KernelSpec> spec = fromStatus(op, emitToBf16Kernel((*x)[1]));
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
+}
+
 int batchedMinRows(Operation *op) {
-  return op->getName().getStringRef() == "llm.paged_attention" ? kTiledAttentionMinRows : kTensorCoreMinRows;
+  const llvm::StringRef name = op->getName().getStringRef();
+  if (name == "llm.paged_attention")
+    return kTiledAttentionMinRows;
+  // Quantized weights (a format other than dense f32/f16/bf16): their own threshold.
+  if ((name == "llm.linear" || name == "llm.logits") && op->getNumOperands() > 1) {
+    const std::string w = weightStorage(op, op->getOperand(1));
+    if (w != "f32" && w != "f16" && w != "bf16")
+      return kQuantTensorCoreMinRows;
+  }
+  return kTensorCoreMinRows;
 }
 
 FailureOr<KernelSpec> emitKernel(Operation *op) {

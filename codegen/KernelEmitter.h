@@ -52,8 +52,21 @@ mlir::FailureOr<KernelSpec> emitKernel(mlir::Operation *op);
 /// says llm.gpu_tensor_cores = false; none for other ops.
 mlir::FailureOr<std::optional<KernelSpec>> emitBatchedKernel(mlir::Operation *op);
 /// Rows from which a step of `op` launches its batched kernel:
-/// kTiledAttentionMinRows for llm.paged_attention, else kTensorCoreMinRows.
+/// kTiledAttentionMinRows for llm.paged_attention, kQuantTensorCoreMinRows for a linear or logits
+/// step over quantized weights, else kTensorCoreMinRows.
 int batchedMinRows(mlir::Operation *op);
+
+/// Whether steps of `op` of batchedMinRows(op) rows or more call a dense GEMM library
+/// (cuBLASLt, loaded by the runtime) instead of the generated tensor-core kernel, which the plan
+/// keeps as the fallback: llm.linear with dense bf16 or f32 weights, unless the module says
+/// llm.gpu_tensor_cores = false or llm.gpu_dense_gemm = "generated". f16 weights stay on the
+/// generated kernels (their library path would round the f32 activations to f16, whose range
+/// they may exceed), as do quantized ones (weight-only formats the library does not read).
+bool usesGemmLibrary(mlir::Operation *op);
+/// The kernel writing a library step's input in the library's operand type: to_bf16 for bf16
+/// weights; none for f32 weights (the library reads f32 with TF32 tensor cores) or steps that
+/// do not use the library.
+mlir::FailureOr<std::optional<KernelSpec>> emitLibraryInputKernel(mlir::Operation *op);
 
 } // namespace llmc
 

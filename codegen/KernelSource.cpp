@@ -70,17 +70,28 @@ std::string substitute(
 const char *const kBlockReductions = R"cuda(
 __device__ __forceinline__ float reduceMax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double reduceMax(double a, double b) { return fmax(a, b); }
+// Every thread's v combined over the block, returned to every thread: an xor tree in each warp,
+// then the same tree over the warps' results (each warp computes it, so one barrier publishes
+// them and one more frees `red` for the next call). The order depends on kBlock only.
 template <bool kMax, class T>
 __device__ __forceinline__ T blockReduce(T v, T *red) {
-  const int tid = threadIdx.x;
-  red[tid] = v;
-  __syncthreads();
-  for (int s = kBlock / 2; s > 0; s >>= 1) {
-    if (tid < s)
-      red[tid] = kMax ? reduceMax(red[tid], red[tid + s]) : red[tid] + red[tid + s];
-    __syncthreads();
+  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "blocks of whole warps");
+  constexpr int kRedWarps = kBlock / 32;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const T u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? reduceMax(v, u) : v + u;
   }
-  const T r = red[0];
+  if (lane == 0)
+    red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = lane < kRedWarps ? red[lane] : (kMax ? red[0] : T(0));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const T u = __shfl_xor_sync(0xffffffffu, r, o);
+    r = kMax ? reduceMax(r, u) : r + u;
+  }
   __syncthreads();
   return r;
 }

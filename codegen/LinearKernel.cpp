@@ -36,6 +36,8 @@
 // registers and many warps in flight; the mma tiles need many).
 //===----------------------------------------------------------------------===//
 
+#include <algorithm>
+
 #include "codegen/KernelFamilies.h"
 #include "codegen/KernelSource.h"
 #include "runtime/quant/quant_format.h"
@@ -172,21 +174,37 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
     }
   }
 }
-// CUDA cores, one item: weight rows tile * 8 .. + 7 times tokens t0 .. t0 + NT - 1. Lane L owns
-// row n = L / 4 and its sub-block elements; the 4 lanes of a row finish the sums with two xor
-// shuffles (every lane takes part).
+// Sub-blocks of 32 elements in span `span` (4, or fewer in a last partial span).
+__device__ __forceinline__ int spanSubBlocks(int span) {
+  return (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+}
+// CUDA cores, one item: weight rows tile * 8 .. + 7 times tokens t0 .. t0 + NT - 1, shared by
+// the block's kWarps warps, which split K: warp w takes spans w, w + kWarps, ... (a decode step's
+// few tiles keep every multiprocessor busy), loading each span's codes one span ahead. Lane L
+// owns row n = L / 4 and its sub-block elements; the 4 lanes of a row finish the warp's sums with
+// two xor shuffles, then the warps' partial sums are added in warp order through shared memory
+// (`part`), so the order depends on the sizes only.
 static_assert(kTokens == 4, "the dispatch below handles 1 to 4 tokens per item");
 template <int NT>
 __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int *__restrict__ rows,
                                          const unsigned char *base, const float *__restrict__ bias,
-                                         float *__restrict__ y, int t0, int tile, int lane, int n, int q) {
+                                         float *__restrict__ y, int t0, int tile, int lane, int n, int q,
+                                         int warp, float (*part)[8][kTokens]) {
   const float *xr[NT];
   float acc[NT];
   gemvStart<NT>(x, rows, t0, xr, acc);
-  for (int span = 0; span < kSpans; ++span) {
-    const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+  unsigned next[kW];
+  if (warp < kSpans)
+    loadCodes(base + kCodesAt + warp * kSpanBytes + lane * spanSubBlocks(warp) * kW, spanSubBlocks(warp), next);
+  for (int span = warp; span < kSpans; span += kWarps) {
+    const int m = spanSubBlocks(span);
     unsigned words[kW];
-    loadCodes(base + kCodesAt + span * kSpanBytes + lane * m * kW, m, words);
+#pragma unroll
+    for (int i = 0; i < kW; ++i)
+      words[i] = next[i];
+    if (span + kWarps < kSpans) // the warp's next span, in flight while this one is summed
+      loadCodes(base + kCodesAt + (span + kWarps) * kSpanBytes + lane * spanSubBlocks(span + kWarps) * kW,
+                spanSubBlocks(span + kWarps), next);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (j >= m)
@@ -204,15 +222,25 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
       }
     }
   }
-  const int row = tile * 8 + n;
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     float a = acc[i];
     a += __shfl_xor_sync(0xffffffffu, a, 1);
     a += __shfl_xor_sync(0xffffffffu, a, 2);
-    if (q == 0 && row < kN)
+    if (q == 0)
+      part[warp][n][i] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x < 8 * NT) {
+    const int r = threadIdx.x / NT, i = threadIdx.x % NT, row = tile * 8 + r;
+    float a = part[0][r][i];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v)
+      a += part[v][r][i];
+    if (row < kN)
       y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
   }
+  __syncthreads(); // `part` is reused by the block's next item
 }
 } // namespace
 
@@ -262,24 +290,25 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
     }
     return;
   }
+  // CUDA cores: a block per item (tile, token chunk), its warps splitting K.
+  __shared__ float part[kWarps][8][kTokens];
   const long long chunks = ((long long)T + kTokens - 1) / kTokens;
   const long long items = chunks * kTiles;
-  for (long long item = (long long)blockIdx.x * kWarps + warp; item < items;
-       item += (long long)gridDim.x * kWarps) {
-    // Neighbouring warps take neighbouring tiles of the same tokens.
+  for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    // Neighbouring blocks take neighbouring tiles of the same tokens.
     const int tile = (int)(item % kTiles);
     const int t0 = (int)(item / kTiles) * kTokens;
     const unsigned char *base = w + tile * kTileBytes;
     // Only the chunk's real rows are computed (a batch of 1 does a quarter of the work).
     const int nt = T - t0 < kTokens ? T - t0 : kTokens;
     if (nt >= 4)
-      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q);
+      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
     else if (nt == 3)
-      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q);
+      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
     else if (nt == 2)
-      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q);
+      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
     else
-      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q);
+      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
   }
 }
 )cuda";
@@ -391,6 +420,7 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kTokensPerItem = 4;
+constexpr int64_t kSplitKTargetWarps = 4096;
 
 } // namespace
 
@@ -399,11 +429,22 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   if (p.n <= 0 || p.n > detail::kMaxVocab || p.k <= 0 || p.k > detail::kMaxDim)
     return llmrt::invalid_argument(std::string(what) + ": shape [" + std::to_string(p.n) + ", " +
                                    std::to_string(p.k) + "] outside [1, 2^31) x [1, 2^24]");
+  auto storage = detail::weightSource(p.weight, p.k);
+  if (!storage.ok())
+    return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
+  // The quantized CUDA-core GEMV gives each item (8 weight rows x 4 tokens) a block whose warps
+  // split K (kWarps of them, at most one per 128-element span): enough warps that a decode step
+  // of one token chunk fills the GPU (~4096 warps, 31 per multiprocessor on 132), at most 8.
+  const int64_t tiles = (p.n + 7) / 8, spans = (p.k + 127) / 128;
+  const bool splitK = !storage->dense && !p.tensorCores;
+  const int warps = splitK ? static_cast<int>(std::clamp<int64_t>((kSplitKTargetWarps + tiles - 1) / tiles, 1,
+                                                                    std::min<int64_t>(8, spans)))
+                           : kWarpsPerBlock;
   std::vector<std::pair<std::string, std::string>> common = {
       {"N", std::to_string(p.n)},
       {"K", std::to_string(p.k)},
       {"TOKENS", std::to_string(kTokensPerItem)},
-      {"WARPS", std::to_string(kWarpsPerBlock)},
+      {"WARPS", std::to_string(warps)},
       {"BIAS", p.bias ? "true" : "false"},
       {"GATHER", p.gatherRows ? "true" : "false"},
       {"TENSOR_CORES", p.tensorCores ? "true" : "false"}};
@@ -412,12 +453,10 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
                      (p.bias ? " bias" : "") +
                      "\n// Params: (const float *x, const unsigned char *w, const float *bias, "
                      "const int *rows, float *y, int T)\n// Launch: blockDim.x = " +
-                     std::to_string(32 * kWarpsPerBlock) + ", gridDim.x: grid-stride over warps.\n" +
+                     std::to_string(32 * warps) + (splitK ? ", gridDim.x: grid-stride over blocks.\n"
+                                                           : ", gridDim.x: grid-stride over warps.\n") +
                      detail::substitute(kCommon, common);
   std::string prefix = std::string("llm_") + what + "_n" + std::to_string(p.n) + "_k" + std::to_string(p.k);
-  auto storage = detail::weightSource(p.weight, p.k);
-  if (!storage.ok())
-    return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
   body += storage->constants;
   body += detail::kTf32Mma;
   body += kTensorCoreOps;
@@ -443,10 +482,10 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     prefix += "_bias";
   if (p.tensorCores)
     prefix += "_tc";
-  // Grid: one warp per item of the first token chunk; more token chunks are
-  // walked by the grid-stride loop.
-  const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, 32 * kWarpsPerBlock,
+  // Grid: one warp (split K: one block) per item of the first token chunk; more token chunks
+  // are walked by the grid-stride loop.
+  const int64_t blocks = splitK ? items : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, 32 * warps,
                             "rows/" + std::to_string(kTokensPerItem) + "*" + std::to_string(blocks));
 }
 

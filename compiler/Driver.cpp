@@ -215,6 +215,10 @@ llmrt::Status compile(const CompileOptions &opts) {
   wopts.syntheticSeed = opts.syntheticSeed;
   if (!opts.tensorCores) // read by codegen (KernelEmitter.h): linear kernels without the mma path
     (*module)->setAttr("llm.gpu_tensor_cores", mlir::BoolAttr::get(&context, false));
+  if (opts.denseGemm != "cublaslt" && opts.denseGemm != "generated")
+    return llmrt::invalid_argument("--dense-gemm '" + opts.denseGemm + "': expected cublaslt or generated");
+  if (opts.denseGemm == "generated") // read by codegen (KernelEmitter.h): no GEMM library steps
+    (*module)->setAttr("llm.gpu_dense_gemm", mlir::StringAttr::get(&context, "generated"));
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;

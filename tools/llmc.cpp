@@ -157,6 +157,11 @@ int main(int argc, char **argv) {
   compile->add_flag("!--no-tensor-cores", copts.tensorCores,
                     "GPU linear/logits kernels: keep steps of 16+ rows off the tensor cores (TF32 mma), every "
                     "product in f32 on CUDA cores");
+  compile->add_option("--dense-gemm", copts.denseGemm,
+                      "GPU linear steps of 16+ rows with dense bf16 or f32 weights: cublaslt (default; "
+                      "libcublasLt at run time, bf16 x bf16 or TF32 with f32 accumulation, the generated "
+                      "kernel as fallback) or generated (the plan's TF32 tensor-core kernels)")
+      ->check(CLI::IsMember({"cublaslt", "generated"}));
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
                       "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   bool no_cuda_graphs = false;
   bool no_tiled_attention = false;
+  bool no_gemm_library = false;
+  bool no_tensor_core_linear = false;
   int step_tokens = 512;
   bool json = false, ignore_eos = false, no_bos = false, verify = false;
   auto* run = app.add_subcommand("run", "answer one prompt (or run several --prompt-ids as one batch)");
@@ -78,6 +80,8 @@ int main(int argc, char** argv) {
                   "(cuda when it can run the plan, else cpu)");
   run->add_flag("--pin-threads", pin_threads, "pin each CPU thread to one core");
   run->add_flag("--no-cuda-graphs", no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  run->add_flag("--no-tensor-core-linear", no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
+  run->add_flag("--no-gemm-library", no_gemm_library, "on cuda: dense linear steps the plan gives to cuBLASLt run its generated tensor-core kernels instead");
   run->add_flag("--no-tiled-attention", no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   run->add_option("--step-tokens", step_tokens, "tokens per forward step: prompts are prefilled in chunks of this many")
       ->capture_default_str();
@@ -205,6 +209,8 @@ int main(int argc, char** argv) {
   gopts.device = device;
   gopts.cuda_graphs = !no_cuda_graphs;
   gopts.tiled_attention = !no_tiled_attention;
+  gopts.gemm_library = !no_gemm_library;
+  gopts.tensor_core_linear = !no_tensor_core_linear;
   gopts.executor.threads = threads;
   gopts.executor.pin_threads = pin_threads;
   gopts.executor.cpu_kernels = cpu_kernels;

@@ -63,13 +63,16 @@ struct BenchFlags {
   std::string device = "cpu";
   bool no_cuda_graphs = false;
   bool no_tiled_attention = false;
+  bool no_gemm_library = false;
+  bool no_tensor_core_linear = false;
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
 
 // The parsed numbers.
 struct BenchConfig {
-  int threads = 0, repetitions = 3, pp = 512, tg = 128, depth = 0;
+  int threads = 0, repetitions = 3, tg = 128, depth = 0;
+  std::vector<int> pps;  // prompt lengths of the pp tests (llama-bench's -p 512,2048)
   std::vector<int> batches;
   uint64_t seed = 1234;
 };
@@ -100,7 +103,8 @@ StatusOr<int64_t> parse_int(const std::string& flag, const std::string& text, in
   return static_cast<int64_t>(v);
 }
 
-StatusOr<std::vector<int>> parse_batches(const std::string& text) {
+// A comma-separated list of positive integers ("8,32"); "", "0" and "none" are the empty list.
+StatusOr<std::vector<int>> parse_list(const std::string& flag, const std::string& text, const char* example) {
   std::vector<int> out;
   if (text.empty() || text == "0" || text == "none") return out;
   size_t i = 0;
@@ -111,7 +115,7 @@ StatusOr<std::vector<int>> parse_batches(const std::string& text) {
     errno = 0;
     long v = std::strtol(item.c_str(), &stop, 10);
     if (item.empty() || *stop != '\0' || errno != 0 || v < 1 || v > 1 << 20)
-      return llmrt::invalid_argument("--batch: '" + item + "' is not a positive batch size (e.g. --batch 8,32)");
+      return llmrt::invalid_argument(flag + ": '" + item + "' is not a positive integer (e.g. " + flag + " " + example + ")");
     out.push_back(static_cast<int>(v));
     if (end == std::string::npos) break;
     i = end + 1;
@@ -242,18 +246,17 @@ StatusOr<BenchConfig> parse_flags(const BenchFlags& f) {
   BenchConfig c;
   ASSIGN_OR_RETURN(int64_t threads, parse_int("--threads", f.threads, 0, 1024));
   ASSIGN_OR_RETURN(int64_t reps, parse_int("--repetitions", f.repetitions, 1, 1000));
-  ASSIGN_OR_RETURN(int64_t pp, parse_int("--pp", f.pp, 0, 1 << 24));
   ASSIGN_OR_RETURN(int64_t tg, parse_int("--tg", f.tg, 0, 1 << 24));
   ASSIGN_OR_RETURN(int64_t seed, parse_int("--seed", f.seed, 0, INT64_MAX));
   ASSIGN_OR_RETURN(int64_t depth, parse_int("--depth", f.depth, 0, 1 << 24));
   c.depth = static_cast<int>(depth);
-  ASSIGN_OR_RETURN(c.batches, parse_batches(f.batch));
+  ASSIGN_OR_RETURN(c.batches, parse_list("--batch", f.batch, "8,32"));
+  ASSIGN_OR_RETURN(c.pps, parse_list("--pp", f.pp, "512,2048"));
   c.threads = static_cast<int>(threads);
   c.repetitions = static_cast<int>(reps);
-  c.pp = static_cast<int>(pp);
   c.tg = static_cast<int>(tg);
   c.seed = static_cast<uint64_t>(seed);
-  if (c.pp == 0 && c.tg == 0) return llmrt::invalid_argument("nothing to measure: --pp and --tg are both 0");
+  if (c.pps.empty() && c.tg == 0) return llmrt::invalid_argument("nothing to measure: --pp and --tg are both 0");
   if (c.depth > 0 && c.tg > 0 && c.tg < 2)
     return llmrt::invalid_argument("--depth times decoding after the first token: --tg must be at least 2");
   return c;
@@ -283,16 +286,17 @@ int run_bench(const BenchFlags& f) {
   const int budget = std::min(mp->max_tokens_per_step(), 512);
 
   std::vector<TestSpec> tests;
-  if (c.pp > 0) tests.push_back({"pp" + std::to_string(c.pp), "pp", c.pp, 1});
+  for (int pp : c.pps) tests.push_back({"pp" + std::to_string(pp), "pp", pp, 1});
   if (c.tg > 0) {
     const std::string at = c.depth > 0 ? "@d" + std::to_string(c.depth) : "";
     tests.push_back({"tg" + std::to_string(c.tg) + at, "tg", c.tg, 1, c.depth});
     for (int b : c.batches)
       tests.push_back({"tg" + std::to_string(c.tg) + "-b" + std::to_string(b) + at, "batch", c.tg, b, c.depth});
   }
-  if (c.pp > 0 && c.pp >= max_len)
-    return fail(llmrt::out_of_range("--pp " + std::to_string(c.pp) + ": the plan's context is " +
-                                    std::to_string(max_len) + " tokens (the prompt must leave room for one more)"));
+  for (int pp : c.pps)
+    if (pp >= max_len)
+      return fail(llmrt::out_of_range("--pp " + std::to_string(pp) + ": the plan's context is " +
+                                      std::to_string(max_len) + " tokens (the prompt must leave room for one more)"));
   if (c.tg > 0 && std::max(1, c.depth) + c.tg > max_len)
     return fail(llmrt::out_of_range("--tg " + std::to_string(c.tg) + " after a prompt of " +
                                     std::to_string(std::max(1, c.depth)) + ": the plan's context is " +
@@ -328,6 +332,8 @@ int run_bench(const BenchFlags& f) {
   gopts.device = f.device;
   gopts.cuda_graphs = !f.no_cuda_graphs;
   gopts.tiled_attention = !f.no_tiled_attention;
+  gopts.gemm_library = !f.no_gemm_library;
+  gopts.tensor_core_linear = !f.no_tensor_core_linear;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -455,12 +461,14 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd->add_flag("--pin-threads", f.pin_threads, "pin each CPU thread to one core");
   cmd->add_option("-r,--repetitions", f.repetitions, "timed runs per test")->capture_default_str();
-  cmd->add_option("--pp", f.pp, "prompt tokens of the prompt-processing test (0: skip)")->capture_default_str();
+  cmd->add_option("--pp", f.pp, "prompt tokens of the prompt-processing tests, comma separated (0: none)")->capture_default_str();
   cmd->add_option("--tg", f.tg, "tokens generated per sequence in the decode tests (0: skip)")->capture_default_str();
   cmd->add_option("--batch", f.batch, "batch sizes of the batched decode tests, comma separated (0: none)")->capture_default_str();
   cmd->add_option("--isa", f.isa, "SIMD level of the CPU kernels (scalar, avx2, avx2-vnni, avx512-vnni; default: the best this CPU has)");
   cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  cmd->add_flag("--no-tensor-core-linear", f.no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
+  cmd->add_flag("--no-gemm-library", f.no_gemm_library, "on cuda: dense linear steps the plan gives to cuBLASLt run its generated tensor-core kernels instead");
   cmd->add_flag("--no-tiled-attention", f.no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,
                   "contract of quantized kernels: reference | fast (default: the plan's)")

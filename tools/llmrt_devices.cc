@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/gemm_library.h"
 #include "runtime/cuda/launch_plan.h"
 #include "runtime/cuda/module_select.h"
 #include "runtime/plan/plan_file.h"
@@ -69,9 +70,12 @@ Subcommand add_devices_command(CLI::App& app) {
               for (const auto& [what, n] : per) std::printf("     plan: %d kernels from %s\n", n, what.c_str());
               for (const auto& w : check->warnings) std::printf("     warning: %s\n", w.c_str());
               const auto* mem = plan->fb().memory();
-              auto m = llmrt::cuda::plan_device_memory(plan->fb(), d, *utilization,
-                                                       mem ? mem->max_tokens_per_step() : 0,
-                                                       mem ? mem->max_seqs_per_step() : 0);
+              const int max_tokens = mem ? mem->max_tokens_per_step() : 0;
+              // Steps that call cuBLASLt: its workspace and input copies, as the executor plans
+              // them when the library loads.
+              auto m = llmrt::cuda::plan_device_memory(
+                  plan->fb(), d, *utilization, max_tokens, mem ? mem->max_seqs_per_step() : 0,
+                  llmrt::cuda::gemm_library_bytes(plan->fb(), max_tokens, llmrt::cuda::kCublasLtWorkspaceBytes));
               if (!m.ok()) {
                 std::printf("     memory: %s\n", std::string(m.status().message()).c_str());
                 status = 1;

@@ -34,6 +34,7 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(sym("cuDeviceTotalMem_v2", &mem_));
     RETURN_IF_ERROR(sym("cuDevicePrimaryCtxRetain", &retain_));
     RETURN_IF_ERROR(sym("cuCtxSetCurrent", &set_current_));
+    RETURN_IF_ERROR(sym("cuCtxGetCurrent", &get_current_));
     RETURN_IF_ERROR(sym("cuMemAlloc_v2", &alloc_));
     RETURN_IF_ERROR(sym("cuMemFree_v2", &free_));
     RETURN_IF_ERROR(sym("cuMemcpyHtoD_v2", &htod_));
@@ -64,6 +65,7 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(check(get_(&d, ordinal), "cuDeviceGet"));
     void* ctx = nullptr;
     RETURN_IF_ERROR(check(retain_(&ctx, d), "cuDevicePrimaryCtxRetain"));
+    ctx_ = ctx;
     RETURN_IF_ERROR(check(set_current_(ctx), "cuCtxSetCurrent"));
     // A stream of our own (graphs cannot capture the legacy default stream). Flags 0 make it a
     // blocking stream: the synchronous copies, on the legacy stream, wait for its work and it
@@ -72,6 +74,7 @@ class DlDriver : public Driver {
     return check(stream_create_(&stream_, 0), "cuStreamCreate");
   }
   StatusOr<DevicePtr> alloc(uint64_t bytes) override {
+    RETURN_IF_ERROR(bind());
     DevicePtr p = 0;
     CUresult r = alloc_(&p, bytes);
     if (r == 2)  // CUDA_ERROR_OUT_OF_MEMORY
@@ -79,17 +82,24 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(check(r, "cuMemAlloc"));
     return p;
   }
-  Status free(DevicePtr p) override { return check(free_(p), "cuMemFree"); }
+  Status free(DevicePtr p) override {
+    RETURN_IF_ERROR(bind());
+    return check(free_(p), "cuMemFree");
+  }
   Status copy_to_device(DevicePtr dst, const void* src, uint64_t bytes) override {
+    RETURN_IF_ERROR(bind());
     return check(htod_(dst, src, bytes), "cuMemcpyHtoD");
   }
   Status copy_to_host(void* dst, DevicePtr src, uint64_t bytes) override {
+    RETURN_IF_ERROR(bind());
     return check(dtoh_(dst, src, bytes), "cuMemcpyDtoH");
   }
   Status copy_on_device(DevicePtr dst, DevicePtr src, uint64_t bytes) override {
+    RETURN_IF_ERROR(bind());
     return check(dtod_(dst, src, bytes), "cuMemcpyDtoD");
   }
   StatusOr<ModuleHandle> load_module(const void* image, size_t, bool) override {
+    RETURN_IF_ERROR(bind());
     void* m = nullptr;
     RETURN_IF_ERROR(check(load_(&m, image), "cuModuleLoadData"));
     return m;
@@ -100,17 +110,24 @@ class DlDriver : public Driver {
     return f;
   }
   Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) override {
+    RETURN_IF_ERROR(bind());
     return check(launch_(fn, grid, 1, 1, static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]),
                          static_cast<unsigned>(block[2]), shared, stream_, params, nullptr),
                  "cuLaunchKernel");
   }
-  Status synchronize() override { return check(sync_(), "cuCtxSynchronize"); }
+  Status synchronize() override {
+    RETURN_IF_ERROR(bind());
+    return check(sync_(), "cuCtxSynchronize");
+  }
+  void* stream() override { return stream_; }
 
   Status begin_capture() override {
+    RETURN_IF_ERROR(bind());
     if (!graphs_) return unimplemented("this CUDA driver has no graph API");
     return check(begin_capture_(stream_, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), "cuStreamBeginCapture");
   }
   StatusOr<GraphHandle> end_capture() override {
+    RETURN_IF_ERROR(bind());
     if (!graphs_) return unimplemented("this CUDA driver has no graph API");
     void* graph = nullptr;
     RETURN_IF_ERROR(check(end_capture_(stream_, &graph), "cuStreamEndCapture"));
@@ -120,20 +137,29 @@ class DlDriver : public Driver {
     RETURN_IF_ERROR(check(r, "cuGraphInstantiateWithFlags"));
     return exec;
   }
-  Status launch_graph(GraphHandle g) override { return check(graph_launch_(g, stream_), "cuGraphLaunch"); }
-  Status destroy_graph(GraphHandle g) override { return check(exec_destroy_(g), "cuGraphExecDestroy"); }
+  Status launch_graph(GraphHandle g) override {
+    RETURN_IF_ERROR(bind());
+    return check(graph_launch_(g, stream_), "cuGraphLaunch");
+  }
+  Status destroy_graph(GraphHandle g) override {
+    RETURN_IF_ERROR(bind());
+    return check(exec_destroy_(g), "cuGraphExecDestroy");
+  }
 
   StatusOr<EventHandle> create_event() override {
+    RETURN_IF_ERROR(bind());
     if (!events_) return unimplemented("this CUDA driver has no event API");
     void* e = nullptr;
     RETURN_IF_ERROR(check(event_create_(&e, 0 /* CU_EVENT_DEFAULT: timed */), "cuEventCreate"));
     return e;
   }
   Status record_event(EventHandle e) override {
+    RETURN_IF_ERROR(bind());
     if (!events_) return unimplemented("this CUDA driver has no event API");
     return check(event_record_(e, stream_), "cuEventRecord");
   }
   StatusOr<float> elapsed_ms(EventHandle start, EventHandle end) override {
+    RETURN_IF_ERROR(bind());
     if (!events_) return unimplemented("this CUDA driver has no event API");
     RETURN_IF_ERROR(check(event_sync_(end), "cuEventSynchronize"));
     float ms = 0;
@@ -141,6 +167,7 @@ class DlDriver : public Driver {
     return ms;
   }
   Status destroy_event(EventHandle e) override {
+    RETURN_IF_ERROR(bind());
     if (!events_) return ok_status();
     return check(event_destroy_(e), "cuEventDestroy");
   }
@@ -174,6 +201,15 @@ class DlDriver : public Driver {
   }
 
  private:
+  // The driver API's current context is per thread, and the serve engine calls from a thread of
+  // its own: every call that needs the context makes it current first (once per thread; a cheap
+  // query after that).
+  Status bind() {
+    void* cur = nullptr;
+    if (ctx_ && (get_current_(&cur) != 0 || cur != ctx_)) return check(set_current_(ctx_), "cuCtxSetCurrent");
+    return ok_status();
+  }
+
   template <typename F>
   Status sym(const char* name, F** out) {
     *out = reinterpret_cast<F*>(dlsym(lib_, name));
@@ -203,6 +239,8 @@ class DlDriver : public Driver {
   CUresult (*mem_)(size_t*, CUdevice) = nullptr;
   CUresult (*retain_)(void**, CUdevice) = nullptr;
   CUresult (*set_current_)(void*) = nullptr;
+  CUresult (*get_current_)(void**) = nullptr;
+  void* ctx_ = nullptr;  // the device's primary context (use_device)
   CUresult (*alloc_)(DevicePtr*, size_t) = nullptr;
   CUresult (*free_)(DevicePtr) = nullptr;
   CUresult (*htod_)(DevicePtr, const void*, size_t) = nullptr;

@@ -51,6 +51,9 @@ class Driver {
   /// params[i] points at the value of the kernel's i-th parameter.
   virtual Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) = 0;
   virtual Status synchronize() = 0;
+  /// The CUstream the calls above order work on, for libraries that enqueue their own kernels
+  /// there (cuBLASLt); nullptr for drivers without one.
+  virtual void* stream() { return nullptr; }
 
   // CUDA graphs of the stream's work (cuStreamBeginCapture / cuStreamEndCapture /
   // cuGraphInstantiate): between begin_capture() and end_capture() launches are recorded, not

@@ -18,6 +18,11 @@ struct CudaExecutor::Step {
   int batched_min_rows = 0;
   std::string kernels;  // for profiles: "n4096_k4096_bf16 (tc from 16 rows)"
   uint64_t weight_bytes = 0;  // read whole per call (step_weight_bytes), for profiles
+  // A dense linear the plan gives to the GEMM library: wanted (the plan asks), library (it
+  // loaded: steps of batched_min_rows rows or more call it), its shape and input conversion.
+  bool wants_library = false, library = false;
+  GemmShape gemm;
+  Launch to_bf16;  // kernel -1: the library reads the f32 input
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -138,6 +143,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   max_grid_ = opt.max_grid;
   graphs_enabled_ = opt.cuda_graphs;
   tiled_attention_ = opt.tiled_attention;
+  tensor_core_linear_ = opt.tensor_core_linear;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -152,9 +158,36 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
 
   // 3. Steps: each one launch of its kernel.
   RETURN_IF_ERROR(decode(plan));
+  // The GEMM library of the steps that ask for one; without it they run their batched kernel.
+  const int wanted = static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.wants_library; }));
+  if (wanted > 0 && opt.gemm_library) {
+    StatusOr<std::unique_ptr<GemmLibrary>> lib = opt.load_gemm_library ? opt.load_gemm_library(driver_)
+                                                                        : load_cublaslt(driver_);
+    if (lib.ok() && *lib) {
+      library_ = std::move(*lib);
+      library_name_ = library_->name();
+      const std::string short_name = library_name_.substr(0, library_name_.find(' '));
+      for (Step& st : steps_) {
+        if (!st.wants_library) continue;
+        st.library = true;
+        library_min_rows_ = std::min(library_min_rows_, st.batched_min_rows);
+        st.kernels = st.kernels.substr(0, st.kernels.find(" (")) + " (" + short_name + " from " +
+                     std::to_string(st.batched_min_rows) + " rows)";
+      }
+    } else {
+      warnings_.push_back("GEMM library unavailable (" +
+                          (lib.ok() ? std::string("none loaded") : std::string(lib.status().message())) + "): " +
+                          std::to_string(wanted) + " dense linear steps run the plan's generated tensor-core kernels");
+    }
+  } else if (wanted > 0) {
+    warnings_.push_back(std::to_string(wanted) +
+                        " dense linear steps run the plan's generated tensor-core kernels, not cuBLASLt (as asked)");
+  }
 
   // 4. Memory: the plan's budget, then the KV blocks (all that is left, or the number asked).
-  ASSIGN_OR_RETURN(memory_, plan_device_memory(p, device_, opt.memory_utilization, max_tokens_, max_seqs_));
+  const uint64_t library_bytes = library_ ? gemm_library_bytes(p, max_tokens_, library_->workspace_bytes()) : 0;
+  ASSIGN_OR_RETURN(memory_,
+                   plan_device_memory(p, device_, opt.memory_utilization, max_tokens_, max_seqs_, library_bytes));
   if (opt.num_kv_blocks < 0) return invalid_argument("num_kv_blocks must be >= 0");
   if (opt.num_kv_blocks > 0) {
     if (opt.num_kv_blocks > memory_.kv_blocks)
@@ -208,6 +241,11 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     for (uint64_t at = 0; at < work; at += zeros.size())
       RETURN_IF_ERROR(driver_->copy_to_device(work_ + at, zeros.data(), std::min<uint64_t>(zeros.size(), work - at)));
   }
+  if (library_) {
+    RETURN_IF_ERROR(allocate(library_->workspace_bytes(), &library_work_));
+    if (library_bytes > library_->workspace_bytes())
+      RETURN_IF_ERROR(allocate(library_bytes - library_->workspace_bytes(), &library_input_));
+  }
   RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
   table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
   graph_sizes_ = graph_batch_sizes(std::min(max_seqs_, max_tokens_));
@@ -240,6 +278,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   for (Step& st : steps_) {
     all.push_back(&st.main);
     if (st.batched.kernel >= 0) all.push_back(&st.batched);
+    if (st.library && st.to_bf16.kernel >= 0) all.push_back(&st.to_bf16);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
   for (Launch* l : all) {
@@ -318,7 +357,9 @@ Status CudaExecutor::decode(const Plan& plan) {
     };
     st.kernels = shape(kernel);
     st.weight_bytes = step_weight_bytes(p, s);
-    if (s.batched_kernel() >= 0 && (st.op != fb::OpKind::PagedAttention || tiled_attention_)) {  // in range (checked)
+    const bool gemm = st.op == fb::OpKind::Linear || st.op == fb::OpKind::Logits;
+    if (s.batched_kernel() >= 0 && (st.op != fb::OpKind::PagedAttention || tiled_attention_) &&
+        (!gemm || tensor_core_linear_)) {  // in range (checked)
       const fb::Kernel& b = *p.kernels()->Get(static_cast<flatbuffers::uoffset_t>(s.batched_kernel()));
       if (!b.family() || b.family()->str() != st.family)
         return invalid_argument(st.where + ": its batched kernel is of family '" +
@@ -333,6 +374,24 @@ Status CudaExecutor::decode(const Plan& plan) {
     st.in = trimmed(s.inputs());
     st.out = trimmed(s.outputs());
     st.weights = trimmed(s.weights());
+    if (s.gemm_library() != fb::GemmLibrary::None && st.batched.kernel >= 0) {  // a linear (checked)
+      const fb::Tensor* w = st.weights.empty() ? nullptr : p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
+      if (!w || !w->shape() || w->shape()->size() != 2 || (w->quant() && w->quant()->size() > 0) ||
+          (w->dtype() != fb::DType::BF16 && w->dtype() != fb::DType::F32))
+        return invalid_argument(st.where + ": a GEMM library step needs a dense bf16 or f32 weight [n, k]");
+      st.gemm.n = w->shape()->Get(0);
+      st.gemm.k = w->shape()->Get(1);
+      st.gemm.input = w->dtype() == fb::DType::BF16 ? GemmInput::kBf16 : GemmInput::kTf32;
+      st.gemm.bias = st.weights.size() > 1 && st.weights[1] >= 0;
+      if (st.gemm.bias && p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[1]))->dtype() != fb::DType::F32)
+        return invalid_argument(st.where + ": a GEMM library step's bias must be f32");
+      if ((s.library_input_kernel() >= 0) != (st.gemm.input == GemmInput::kBf16))
+        return invalid_argument(st.where + ": a GEMM library step over " + fb::EnumNameDType(w->dtype()) +
+                                " weights " + (st.gemm.input == GemmInput::kBf16 ? "needs" : "takes no") +
+                                " to_bf16 input kernel");
+      if (s.library_input_kernel() >= 0) RETURN_IF_ERROR(launch(s.library_input_kernel(), &st.to_bf16));
+      st.wants_library = true;
+    }
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
@@ -343,6 +402,10 @@ Status CudaExecutor::decode(const Plan& plan) {
 }
 
 int CudaExecutor::launches_per_step() const { return static_cast<int>(steps_.size()); }
+
+int CudaExecutor::gemm_library_steps() const {
+  return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.library; }));
+}
 
 DevicePtr CudaExecutor::value_ptr(int id) const {
   if (id == token_input_) return tokens_;
@@ -454,11 +517,14 @@ Status CudaExecutor::fetch_logits(int L, float* logits, LogitsSummary* summaries
     if (L == 0) return ok_status();
     return driver_->copy_to_host(logits, logits_, static_cast<uint64_t>(L) * vocab_size_ * 4);
   }
-  // One block per row: the rows' summaries, then only those come back.
-  args_.assign({logits_, summaries_, 0});
-  std::memcpy(&args_[2], &L, sizeof(L));
-  params_.resize(3);
-  for (size_t i = 0; i < 3; ++i) params_[i] = &args_[i];
+  // The rows' summaries (codegen/LogitsSummaryKernel.cpp), then only those come back.
+  // (logits, out[, work], L): kernels that split long rows over blocks take the workspace.
+  args_.assign({logits_, summaries_});
+  if (summary_.work) args_.push_back(work_);
+  args_.push_back(0);
+  std::memcpy(&args_.back(), &L, sizeof(L));
+  params_.resize(args_.size());
+  for (size_t i = 0; i < args_.size(); ++i) params_[i] = &args_[i];
   const int64_t grid = grid_size(summary_.rule, L, max_grid_);
   RETURN_IF_ERROR(driver_->launch(summary_.fn, static_cast<unsigned>(grid), summary_.block, summary_.shared,
                                   params_.data())
@@ -492,6 +558,9 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B) {
   RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, pad_rows_.data(), B * 4ull));
   const size_t k = static_cast<size_t>(std::find(graph_sizes_.begin(), graph_sizes_.end(), B) - graph_sizes_.begin());
   if (!graphs_[k]) {
+    // The library picks its algorithm and loads its kernels on a shape's first call: make that
+    // call outside the capture (the forward runs once more; its KV writes are the same values).
+    if (library_ && B >= library_min_rows_) RETURN_IF_ERROR(launch_steps(B, B, B));
     Status begun = driver_->begin_capture();
     if (!begun.ok()) {  // no graph API: launch step by step from now on
       graphs_enabled_ = false;
@@ -509,11 +578,47 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B) {
   return ok_status();
 }
 
+Status CudaExecutor::library_gemm(const Step& st, int rows, int* converted) {
+  DevicePtr x = value_ptr(st.in[0]);
+  if (st.to_bf16.kernel >= 0) {
+    if (*converted != st.in[0]) {  // consecutive library steps reading one value convert it once
+      args_.assign({x, library_input_, 0});
+      std::memcpy(&args_[2], &rows, sizeof(rows));
+      params_.resize(3);
+      for (size_t i = 0; i < 3; ++i) params_[i] = &args_[i];
+      const int64_t grid = grid_size(st.to_bf16.rule, rows, max_grid_);
+      RETURN_IF_ERROR(driver_->launch(st.to_bf16.fn, static_cast<unsigned>(grid), st.to_bf16.block, st.to_bf16.shared,
+                                      params_.data())
+                          .with_context("its to_bf16 input kernel"));
+      *converted = st.in[0];
+    }
+    x = library_input_;
+  }
+  auto weight = [&](size_t i) {
+    return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
+                                                        : DevicePtr{0};
+  };
+  return library_->matmul(st.gemm, rows, weight(0), x, weight(1), value_ptr(st.out[0]), library_work_)
+      .with_context(library_name_);
+}
+
 Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
   std::vector<uint64_t>& args = args_;
+  int converted = -1;  // the value whose bf16 copy library_input_ holds (-1: none)
   for (size_t index = 0; index < steps_.size(); ++index) {
-    const Step& st = steps_[index];
+    Step& st = steps_[index];
     if (timed && index > 0) RETURN_IF_ERROR(driver_->record_event(events_[index]));  // step index-1 done
+    if (st.library && T >= st.batched_min_rows && T > 0) {
+      Status called = library_gemm(st, T, &converted);
+      if (called.ok()) continue;
+      if (called.code() != StatusCode::kUnimplemented) return called.with_context(st.where);
+      // No algorithm for this shape: the step runs its generated kernel from now on.
+      st.library = false;
+      st.kernels = st.kernels.substr(0, st.kernels.find(" (")) + " (tc from " + std::to_string(st.batched_min_rows) +
+                   " rows)";
+      warnings_.push_back(st.where + ": " + called.message() + "; it runs the plan's generated kernel");
+    }
+    converted = -1;  // other steps may write where the converted value lived
     int rows = T;
     args.clear();
     auto ptr = [&](DevicePtr v) { args.push_back(v); };

@@ -19,18 +19,26 @@
 // the graph of that size, captured on first use, launches the whole forward at once. Every kernel
 // reads the batch from device buffers at fixed addresses, so a captured graph stays valid.
 //
+// Dense linear steps the plan gives to a GEMM library (Step.gemm_library, gemm_library.h) call
+// cuBLASLt for steps of batched_min_rows rows or more (after the step's to_bf16 kernel wrote the
+// input in bf16, once for consecutive library steps reading the same value); when the library
+// does not load, or gemm_library is off, they run the plan's generated tensor-core kernel, with
+// a warning. Its workspace and the bf16 input copy are part of the memory plan.
+//
 // All device calls go through cuda::Driver, so tests run this executor over a driver that
 // emulates the device on the host (tests/unit/cuda_executor_test.cc).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/base/status.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/gemm_library.h"
 #include "runtime/cuda/launch_plan.h"
 #include "runtime/engine/cpu_executor.h"
 #include "runtime/plan/plan_file.h"
@@ -47,6 +55,13 @@ struct CudaExecutorOptions {
   bool cuda_graphs = true;           // replay decode steps as CUDA graphs (when the driver has them)
   bool tiled_attention = true;       // steps of batched_min_rows rows or more run the plan's tiled
                                      // paged attention (false: the per-row kernel, to compare)
+  bool tensor_core_linear = true;    // linear / logits steps of batched_min_rows rows or more run
+                                     // the plan's tensor-core kernel or GEMM library (false: the
+                                     // CUDA-core GEMV at every row count, to compare)
+  bool gemm_library = true;          // steps the plan gives to a GEMM library (cuBLASLt) call it
+                                     // when it loads (false: their generated kernels, to compare)
+  /// Loads the GEMM library over the driver (tests: an emulation); empty: load_cublaslt.
+  std::function<StatusOr<std::unique_ptr<GemmLibrary>>(Driver*)> load_gemm_library;
 };
 
 class CudaExecutor : public Executor {
@@ -82,7 +97,7 @@ class CudaExecutor : public Executor {
   int max_tokens_per_step() const override { return max_tokens_; }
   int max_seqs_per_step() const override { return max_seqs_; }
   int max_model_len() const override { return max_model_len_; }
-  size_t workspace_bytes() const override { return memory_.activations + memory_.batch; }
+  size_t workspace_bytes() const override { return memory_.activations + memory_.batch + memory_.library; }
   size_t kv_cache_bytes() const override { return memory_.kv; }
   std::string device_name() const override;
   int num_threads() const override { return 0; }
@@ -91,8 +106,13 @@ class CudaExecutor : public Executor {
   const DeviceMemoryPlan& memory() const { return memory_; }
   /// Module-selection notes (PTX JIT, compatible CUBIN), one per target used.
   const std::vector<std::string>& warnings() const { return warnings_; }
-  /// Kernel launches per forward() (one per step).
+  /// Steps per forward(): one kernel launch each (a GEMM library step may add its to_bf16
+  /// conversion and the library's own kernels).
   int launches_per_step() const;
+  /// The GEMM library the steps call ("" when none loaded or none is asked for), and how many
+  /// steps call it.
+  const std::string& gemm_library_name() const { return library_name_; }
+  int gemm_library_steps() const;
   /// Decode graphs captured so far (one per padded batch size used), and whether they are used.
   int graphs_captured() const {
     return static_cast<int>(graphs_.size() - std::count(graphs_.begin(), graphs_.end(), nullptr));
@@ -121,6 +141,9 @@ class CudaExecutor : public Executor {
   Status run(const BatchInput& b, float* logits, LogitsSummary* summaries);
   /// The decode forward through the graph of padded size B (captured on first use).
   Status replay_decode(const BatchInput& b, int B);
+  /// A library step's GEMM of `rows` rows (its input converted first unless *converted names it
+  /// already); Unimplemented when the library has no algorithm (the caller falls back).
+  Status library_gemm(const Step& st, int rows, int* converted);
   /// Copies the step's L logits rows to `logits`, or summarizes them into `summaries`.
   Status fetch_logits(int L, float* logits, LogitsSummary* summaries);
 
@@ -159,11 +182,17 @@ class CudaExecutor : public Executor {
   // Decode graphs: sizes, and per size its graph (null until captured); padded batch staging.
   bool graphs_enabled_ = false;
   bool tiled_attention_ = true;
+  bool tensor_core_linear_ = true;
   std::vector<int> graph_sizes_;
   std::vector<GraphHandle> graphs_;  // parallel to graph_sizes_
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_rows_;
   std::vector<int64_t> pad_slots_;
   std::vector<ModuleHandle> modules_;
+  // The GEMM library (null: none), its workspace and the bf16 copy of a library step's input.
+  std::unique_ptr<GemmLibrary> library_;
+  std::string library_name_;
+  DevicePtr library_work_ = 0, library_input_ = 0;
+  int library_min_rows_ = INT32_MAX;  // the fewest rows at which a step calls it
   // Profiling: the attached profiler and its events (one before the first step, one after each
   // step, one after the summary kernel), created when it is attached.
   Profiler* profiler_ = nullptr;

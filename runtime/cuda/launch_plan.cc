@@ -96,8 +96,30 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
+uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t library_workspace) {
+  const fb::Program* prog = nullptr;
+  if (plan.programs())
+    for (const fb::Program* p : *plan.programs())
+      if (p->name()->string_view() == "forward") prog = p;
+  if (!prog || !prog->steps()) return 0;
+  bool any = false;
+  uint64_t widest = 0;  // the widest input converted to bf16
+  for (const fb::Step* st : *prog->steps()) {
+    if (st->gemm_library() == fb::GemmLibrary::None) continue;
+    any = true;
+    if (st->library_input_kernel() < 0 || !st->inputs() || st->inputs()->size() == 0) continue;
+    const int in = st->inputs()->Get(0);
+    if (in >= 0 && prog->values() && in < static_cast<int>(prog->values()->size()))
+      widest = std::max<uint64_t>(widest, static_cast<uint64_t>(prog->values()->Get(in)->width()));
+  }
+  if (!any) return 0;
+  const uint64_t copy = (widest * static_cast<uint64_t>(max_tokens) * 2 + 255) / 256 * 256;  // bf16
+  return library_workspace + copy;
+}
+
 StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,
-                                              double utilization, int max_tokens, int max_seqs) {
+                                              double utilization, int max_tokens, int max_seqs,
+                                              uint64_t library) {
   if (!(utilization > 0.0 && utilization <= 1.0))
     return invalid_argument("--memory-utilization must be in (0, 1], got " + std::to_string(utilization));
   const fb::MemoryPlan* mem = plan.memory();
@@ -129,14 +151,16 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
   const uint64_t row_bytes = kv->dtype() == fb::DType::I8 ? kv->head_dim() + sizeof(float)
                                                           : kv->head_dim() * sizeof(float);
   m.kv_block_bytes = static_cast<uint64_t>(kv->num_layers()) * 2 * kv->num_kv_heads() * kv->block_size() * row_bytes;
-  const uint64_t fixed = m.weights + m.activations + m.batch;
+  m.library = library;
+  const uint64_t fixed = m.weights + m.activations + m.batch + m.library;
   const uint64_t need_kv = blocks_per_seq * m.kv_block_bytes;
   if (fixed + need_kv > m.budget)
     return resource_exhausted(
         "the plan does not fit " + device.name + " at --memory-utilization " + std::to_string(utilization) +
         ": budget " + format_bytes(m.budget) + " of " + format_bytes(device.total_memory) + "; weights " +
         format_bytes(m.weights) + ", activations " + format_bytes(m.activations) + " (" + std::to_string(max_tokens) +
-        " tokens per step), batch buffers and logits " + format_bytes(m.batch) + ", KV cache for one sequence of " +
+        " tokens per step), batch buffers and logits " + format_bytes(m.batch) +
+        (m.library ? ", GEMM library " + format_bytes(m.library) : std::string()) + ", KV cache for one sequence of " +
         std::to_string(max_len) + " tokens " + format_bytes(need_kv));
   m.kv_blocks = static_cast<int64_t>((m.budget - fixed) / m.kv_block_bytes);
   m.kv = static_cast<uint64_t>(m.kv_blocks) * m.kv_block_bytes;

@@ -42,23 +42,31 @@ int graph_bucket(const std::vector<int>& sizes, int n);
 /// one at a time on one stream, so one buffer serves them all).
 uint64_t kernel_workspace_bytes(const fb::Plan& plan);
 
+/// The device memory of the steps that call a GEMM library (Step.gemm_library): the library's
+/// workspace plus one buffer holding the bf16 copy of a step's input (max_tokens rows of the
+/// widest input a to_bf16 kernel converts). 0 when no step calls one.
+uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t library_workspace);
+
 struct DeviceMemoryPlan {
   uint64_t budget = 0;          // utilization * total device memory
   uint64_t weights = 0;         // every tensor of the plan
   uint64_t activations = 0;     // arena (per token * max_tokens) + workspace
   uint64_t batch = 0;           // per-step inputs (tokens, positions, slots, tables) and logits
+  uint64_t library = 0;         // GEMM library workspace and input copies (gemm_library_bytes)
   uint64_t kv_block_bytes = 0;  // one block of every layer, K and V
   int64_t kv_blocks = 0;        // what the rest of the budget holds
   uint64_t kv = 0;              // kv_blocks * kv_block_bytes
-  uint64_t total() const { return weights + activations + batch + kv; }
+  uint64_t total() const { return weights + activations + batch + library + kv; }
 };
 
 /// The device memory of `plan` on `device` (total_memory) for steps of up to max_tokens rows and
-/// max_seqs sequences. Errors: utilization outside (0, 1]; a plan without forward program, KV
+/// max_seqs sequences, `library` bytes for the GEMM library's steps (gemm_library_bytes; 0 when
+/// the steps run the generated kernels). Errors: utilization outside (0, 1]; a plan without forward program, KV
 /// spec or memory plan; resource_exhausted naming every part when weights and activations leave
 /// less KV cache than one sequence of max_model_len tokens needs.
 StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,
-                                              double utilization, int max_tokens, int max_seqs);
+                                              double utilization, int max_tokens, int max_seqs,
+                                              uint64_t library = 0);
 
 /// "1.50 GiB" style.
 std::string format_bytes(uint64_t bytes);

@@ -19,11 +19,18 @@ int cuda_ordinal(const std::string& device) {
   return n;
 }
 
-StatusOr<std::unique_ptr<Executor>> make_cuda(const Plan& plan, const ExecutorOptions& options, int ordinal) {
+// The executor's warnings (PTX JIT instead of an exact CUBIN, a GEMM library that did not load)
+// go to `note`, which the tools print.
+StatusOr<std::unique_ptr<Executor>> make_cuda(const Plan& plan, const ExecutorOptions& options, int ordinal,
+                                              std::string* note) {
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::Driver> driver, cuda::load_driver());
   cuda::CudaExecutorOptions o = options.cuda;
   o.device = ordinal;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaExecutor> ex, cuda::CudaExecutor::create(plan, std::move(driver), o));
+  if (note) {
+    note->clear();
+    for (const std::string& w : ex->warnings()) *note += (note->empty() ? "" : "; ") + w;
+  }
   return std::unique_ptr<Executor>(std::move(ex));
 }
 
@@ -41,9 +48,9 @@ StatusOr<std::unique_ptr<Executor>> make_executor(const Plan& plan, const Execut
     ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> ex, CpuExecutor::create(plan, options.cpu));
     return std::unique_ptr<Executor>(std::move(ex));
   }
-  if (options.device != "auto") return make_cuda(plan, options, cuda_ordinal(options.device));
+  if (options.device != "auto") return make_cuda(plan, options, cuda_ordinal(options.device), note);
   // auto: the GPU when it can run the plan, else the CPU with the reason.
-  auto gpu = make_cuda(plan, options, 0);
+  auto gpu = make_cuda(plan, options, 0, note);
   if (gpu.ok()) return gpu;
   if (note) *note = "running on the CPU: " + std::string(gpu.status().message());
   ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> ex, CpuExecutor::create(plan, options.cpu));

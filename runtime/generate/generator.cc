@@ -18,6 +18,8 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const G
   eo.cuda.memory_utilization = options.gpu_memory_utilization;
   eo.cuda.cuda_graphs = options.cuda_graphs;
   eo.cuda.tiled_attention = options.tiled_attention;
+  eo.cuda.gemm_library = options.gemm_library;
+  eo.cuda.tensor_core_linear = options.tensor_core_linear;
   eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
   eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;
   eo.cuda.num_kv_blocks = options.executor.num_kv_blocks;

@@ -138,6 +138,22 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
            step->batched_min_rows() < 1))
         return invalid_argument(where + ": batched kernel index out of range, without a kernel, or from "
                                         "fewer than 1 row");
+      if (step->gemm_library() != fb::GemmLibrary::None) {
+        // The library stands in for the batched kernel, which stays as the fallback.
+        if (step->gemm_library() != fb::GemmLibrary::CublasLt)
+          return invalid_argument(where + ": unknown GEMM library " +
+                                  std::to_string(static_cast<int>(step->gemm_library())));
+        if (step->op() != fb::OpKind::Linear || step->batched_kernel() < 0)
+          return invalid_argument(where + ": a GEMM library on a step that is not a linear with a batched kernel");
+      }
+      if (const int k = step->library_input_kernel(); k != -1) {
+        if (step->gemm_library() == fb::GemmLibrary::None || k < 0 || k >= num_kernels)
+          return invalid_argument(where + ": library input kernel index out of range, or without a library");
+        const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+        if (!kernel->family() || kernel->family()->str() != "to_bf16")
+          return invalid_argument(where + ": its library input kernel is of family '" +
+                                  (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+      }
       if (step->params()) {
         const flatbuffers::String* prev = nullptr;
         for (const fb::Param* p : *step->params()) {

@@ -16,25 +16,24 @@
 namespace llmrt {
 namespace {
 
-struct Rng {
-  uint64_t s;
-  float uniform(float lo, float hi) {  // 24 random bits
-    s = mix64(s);
-    return lo + (hi - lo) * static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
-  }
-};
+// Uniform floats from 24 bits of splitmix64's i-th output for a row's base: each value is drawn
+// independently of the one before (no serial chain), so the loop keeps several in flight.
+inline float uniform_at(uint64_t base, int64_t i, float lo, float hi) {
+  const uint64_t s = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
+  return lo + (hi - lo) * static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
+}
 
 // One row of f32 values per the rules in the header.
 void fill_row(uint64_t seed, uint64_t name_hash, int64_t row, bool matrix, bool bias, float* out,
               int64_t k) {
-  Rng r{seed ^ mix64(name_hash ^ mix64(static_cast<uint64_t>(row)))};
+  const uint64_t base = seed ^ mix64(name_hash ^ mix64(static_cast<uint64_t>(row)));
   if (matrix) {
     const float a = std::sqrt(3.0f / static_cast<float>(k));
-    for (int64_t i = 0; i < k; ++i) out[i] = r.uniform(-a, a);
+    for (int64_t i = 0; i < k; ++i) out[i] = uniform_at(base, i, -a, a);
   } else if (bias) {
-    for (int64_t i = 0; i < k; ++i) out[i] = r.uniform(-0.02f, 0.02f);
+    for (int64_t i = 0; i < k; ++i) out[i] = uniform_at(base, i, -0.02f, 0.02f);
   } else {
-    for (int64_t i = 0; i < k; ++i) out[i] = 1.0f + r.uniform(-0.1f, 0.1f);
+    for (int64_t i = 0; i < k; ++i) out[i] = 1.0f + uniform_at(base, i, -0.1f, 0.1f);
   }
 }
 

@@ -258,6 +258,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   xo.cuda.max_seqs_per_step = eo.max_seqs_per_step;
   xo.cuda.cuda_graphs = options.cuda_graphs;
   xo.cuda.tiled_attention = options.tiled_attention;
+  xo.cuda.gemm_library = options.gemm_library;
+  xo.cuda.tensor_core_linear = options.tensor_core_linear;
   xo.cuda.memory_utilization = options.memory_utilization > 0 ? options.memory_utilization : 0.9;
   // On a GPU the KV pool is what the device's budget leaves, unless a size was given.
   xo.cuda.num_kv_blocks = options.kv_cache_bytes ? static_cast<int>(num_blocks) : 0;

@@ -59,6 +59,8 @@ struct EngineOptions {
                                    // memory_utilization is the device's share (0: 0.9)
   bool cuda_graphs = true;         // --no-cuda-graphs: launch decode steps kernel by kernel
   bool tiled_attention = true;     // --no-tiled-attention: paged attention on the per-row kernel only
+  bool gemm_library = true;        // --no-gemm-library: dense GEMMs on the plan's generated kernels
+  bool tensor_core_linear = true;  // --no-tensor-core-linear: linear/logits on the CUDA-core GEMV only
 };
 
 /// What create() settled on (for the startup log and /health).

@@ -62,7 +62,7 @@ def profile_sections(stderr):
 
 def test_table_and_json(llmrt, tiny_plan, tmp_path):
     out = tmp_path / "r.json"
-    proc = bench(llmrt, tiny_plan, "--pp", 16, "--tg", 4, "--batch", "2,3", "-r", 2, "--json-out", out)
+    proc = bench(llmrt, tiny_plan, "--pp", "16,8", "--tg", 4, "--batch", "2,3", "-r", 2, "--json-out", out)
     assert proc.returncode == 0, proc.stderr
     header = proc.stdout.splitlines()[0]
     assert header.startswith("llmrt bench: ") and tiny_plan.name in header
@@ -73,11 +73,11 @@ def test_table_and_json(llmrt, tiny_plan, tmp_path):
     for key in ("plan", "model", "threads", "isa", "repetitions", "seed", "step_tokens", "tests", "peak_rss_bytes"):
         assert key in j, key
     assert j["threads"] == 1 and j["repetitions"] == 2 and j["peak_rss_bytes"] > 0
-    assert [t["name"] for t in j["tests"]] == ["pp16", "tg4", "tg4-b2", "tg4-b3"]
+    assert [t["name"] for t in j["tests"]] == ["pp16", "pp8", "tg4", "tg4-b2", "tg4-b3"]
     assert [(t["kind"], t["tokens"], t["batch"]) for t in j["tests"]] == [
-        ("pp", 16, 1), ("tg", 4, 1), ("batch", 4, 2), ("batch", 4, 3)]
+        ("pp", 16, 1), ("pp", 8, 1), ("tg", 4, 1), ("batch", 4, 2), ("batch", 4, 3)]
     rows = table_rows(proc.stdout)
-    assert list(rows) == ["pp16", "tg4", "tg4-b2", "tg4-b3"]
+    assert list(rows) == ["pp16", "pp8", "tg4", "tg4-b2", "tg4-b3"]
     for t in j["tests"]:
         assert len(t["samples"]) == 2 and len(t["seconds"]) == 2
         assert all(s > 0 for s in t["samples"])
@@ -133,6 +133,7 @@ def test_baseline_changes(llmrt, tiny_plan, tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["--pp", "abc"], "--pp"),
     (["--pp", "-1"], "--pp"),
+    (["--pp", "512,"], "--pp"),
     (["--tg", "2.5"], "--tg"),
     (["-r", "0"], "--repetitions"),
     (["--threads", "-2"], "--threads"),

@@ -238,6 +238,82 @@ def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
         assert prog["steps_with_tensor_core_kernel"] == want, prog
 
 
+def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
+    """Linear steps with dense bf16 or f32 weights go to cuBLASLt for steps of 16+ rows by
+    default (--dense-gemm cublaslt), keeping their generated tensor-core kernel as the fallback;
+    --dense-gemm generated and --no-tensor-cores keep them on the generated kernels; f16 and
+    quantized weights never use the library. bf16 steps carry a to_bf16 input kernel."""
+    import shutil
+    from pathlib import Path
+    if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
+        pytest.skip("no CUDA toolkit on this machine")
+
+    def program(name, *flags, model=TINY / "qwen2"):
+        plan = tmp_path / f"{name}.fb"
+        proc = run([llmc, "compile", model, "-o", plan, "--target", "sm_90", "-q", *flags])
+        if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
+            pytest.skip("llmc built without NVRTC")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)["program"], plan.read_bytes()
+
+    bf16 = ["--weight-dtype", "bf16"]
+    default, default_blob = program("default", *bf16)
+    linear = default["ops"]["Linear"]
+    assert linear == 8, default  # 2 layers: q|k|v, o, gate|up, down
+    assert default["steps_with_gemm_library"] == linear, default
+    # The fallback stays: linear, logits and paged attention keep their tensor-core kernels.
+    tc = linear + default["ops"]["Logits"] + default["ops"]["PagedAttention"]
+    assert default["steps_with_tensor_core_kernel"] == tc, default
+    assert re.search(rb"llm_linear_n\d+_k\d+_bf16(_bias)?_tc_[0-9a-f]{12}", default_blob)
+    to_bf16 = set(re.findall(rb"llm_to_bf16_k(\d+)_[0-9a-f]{12}", default_blob))
+    assert to_bf16 == {b"64", b"128"}, to_bf16  # the hidden and intermediate widths
+
+    explicit, _ = program("cublaslt", *bf16, "--dense-gemm", "cublaslt")
+    assert explicit["steps_with_gemm_library"] == linear, explicit
+    generated, generated_blob = program("generated", *bf16, "--dense-gemm", "generated")
+    assert generated["steps_with_gemm_library"] == 0, generated
+    assert generated["steps_with_tensor_core_kernel"] == tc, generated
+    assert not re.search(rb"llm_to_bf16_k", generated_blob)
+    no_tc, _ = program("no_tc", *bf16, "--no-tensor-cores")
+    assert no_tc["steps_with_gemm_library"] == 0, no_tc
+    assert no_tc["steps_with_tensor_core_kernel"] == 0, no_tc
+
+    # f32 weights: the library reads the f32 input itself (TF32), no conversion kernel.
+    f32, f32_blob = program("f32")
+    assert f32["steps_with_gemm_library"] == f32["ops"]["Linear"] == 8, f32
+    assert not re.search(rb"llm_to_bf16_k", f32_blob)
+    f16, _ = program("f16", "--weight-dtype", "f16")
+    assert f16["steps_with_gemm_library"] == 0, f16
+    gptq, _ = program("gptq", "--weight-layout", "cuda-mma", model=TINY.parent / "quant" / "gptq_4bit_desc_act")
+    assert gptq["ops"]["Linear"] > 0 and gptq["steps_with_gemm_library"] == 0, gptq
+
+    # Without GPU targets nothing goes to the library (there is no GPU path at all).
+    ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])
+    assert json.loads(ok([llmc, "inspect", tmp_path / "none.fb", "--json"]).stdout)["program"][
+        "steps_with_gemm_library"] == 0
+
+
+def test_dense_gemm_bad_value_is_a_clean_error(llmc, tmp_path):
+    out = tmp_path / "p.fb"
+    proc = run([llmc, "compile", TINY / "llama", "-o", out, "--target", "none", "--dense-gemm", "cutlass"])
+    assert proc.returncode > 0, proc  # an exit code, not a signal
+    assert "--dense-gemm" in proc.stderr and "cutlass" in proc.stderr, proc.stderr
+    assert "cublaslt" in proc.stderr and "generated" in proc.stderr, proc.stderr  # says what is allowed
+    assert "Traceback" not in proc.stderr and "terminate" not in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_no_gemm_library_flag(llmrt, tiny_plan, tmp_path):
+    """llmrt run|bench|serve --no-gemm-library and --no-tensor-core-linear: CUDA executor
+    options; on the CPU they change nothing."""
+    a = logits(llmrt, tiny_plan, PROMPTS[0], tmp_path)
+    for flag in ("--no-gemm-library", "--no-tensor-core-linear"):
+        b = logits(llmrt, tiny_plan, PROMPTS[0], tmp_path, flag)
+        assert np.array_equal(a, b), flag
+        for sub in ("run", "bench", "serve"):
+            assert flag in ok([llmrt, sub, "--help"]).stdout, (sub, flag)
+
+
 def test_compile_real_model_streams_weights(llmc, tmp_path):
     """Compiling SmolLM2 to f32 (--dequantize: 513 MiB of weights) must not hold the model in
     memory: the peak RSS llmc reports stays below the plan's weight bytes."""

@@ -5,11 +5,14 @@
 // runs it with the executor's exact parameter block. So everything but the GPU itself is real:
 // module selection, the memory plan, weight upload, argument marshalling, launch geometry, the
 // batch upload and the KV cache. Logits must match the CPU executor on the same plan.
+// A dense GEMM library (cuBLASLt's place, runtime/cuda/gemm_library.h) is emulated the same way:
+// it multiplies what lies in the emulated device memory, on the driver's emulated stream.
 
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/engine/cpu_executor.h"
 #include "runtime/engine/profiler.h"
 #include "runtime/plan/plan_file.h"
+#include "runtime/quant/quant_format.h"
 #include "runtime/sampler/logits_summary.h"
 #include "tests/unit/tiny_plan.h"
 
@@ -26,10 +29,13 @@
 #include <cstdio>
 #include <dlfcn.h>
 #include <filesystem>
+#include <functional>
 #include <unistd.h>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -116,7 +122,10 @@ public:
     if (grid == 0 || block[0] != m->block || block[1] != 1 || block[2] != 1 || shared != 0)
       return llmrt::invalid_argument("emulated launch of " + m->entry + ": bad geometry");
     if (capturing_) { // recorded with its parameter values (8-byte slots, as the executor passes)
-      Recorded r{m, grid, std::vector<uint64_t>(m->arity)};
+      Recorded r;
+      r.module = m;
+      r.grid = grid;
+      r.values.resize(m->arity);
       for (unsigned i = 0; i < m->arity; ++i)
         std::memcpy(&r.values[i], params[i], sizeof(uint64_t));
       recording_.push_back(std::move(r));
@@ -150,6 +159,10 @@ public:
     RETURN_IF_ERROR(notCapturing("launch_graph"));
     ++graphLaunches_;
     for (Recorded &r : *static_cast<std::vector<Recorded> *>(g)) {
+      if (r.host) { // work a library enqueued on the stream
+        r.host();
+        continue;
+      }
       std::vector<void *> params(r.values.size());
       for (size_t i = 0; i < params.size(); ++i)
         params[i] = &r.values[i];
@@ -181,12 +194,31 @@ public:
   }
   int eventRecords() const { return eventRecords_; }
 
+  /// Work a library enqueues on the stream (cuBLASLt's kernels): run now, or recorded into the
+  /// graph being captured and run at each replay, in order with the kernel launches.
+  void enqueue(std::function<void()> work) {
+    if (capturing_) {
+      Recorded r;
+      r.host = std::move(work);
+      recording_.push_back(std::move(r));
+      return;
+    }
+    work();
+  }
+  bool capturing() const { return capturing_; }
+  /// Whether [p, p + bytes) lies inside one live allocation.
+  bool holds(cuda::DevicePtr p, uint64_t bytes) const { return inside(p, bytes).ok(); }
+
   int launches() const { return launches_; }
   int graphsCaptured() const { return static_cast<int>(graphs_made_.size()); }
   int graphLaunches() const { return graphLaunches_; }
   /// Launches of tensor-core kernels (entries with "_tc_"), and of the tiled attention among them.
   int tensorCoreLaunches() const { return tensorCoreLaunches_; }
   int tiledAttentionLaunches() const { return tiledAttentionLaunches_; }
+  /// Launches of the linear steps' tensor-core kernels, and of to_bf16 kernels (a GEMM library
+  /// step's input conversion).
+  int linearTensorCoreLaunches() const { return linearTensorCoreLaunches_; }
+  int toBf16Launches() const { return toBf16Launches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -197,9 +229,10 @@ private:
     void (*run)(void **, unsigned, unsigned) = nullptr;
   };
   struct Recorded {
-    Module *module;
-    unsigned grid;
+    Module *module = nullptr;
+    unsigned grid = 0;
     std::vector<uint64_t> values;
+    std::function<void()> host; // set: work enqueued by a library, not a kernel launch
   };
 
   void count(const Module &m) {
@@ -207,6 +240,8 @@ private:
     const bool tc = m.entry.find("_tc_") != std::string::npos;
     tensorCoreLaunches_ += tc;
     tiledAttentionLaunches_ += tc && m.entry.rfind("llm_paged_attention", 0) == 0;
+    linearTensorCoreLaunches_ += tc && m.entry.rfind("llm_linear_", 0) == 0;
+    toBf16Launches_ += m.entry.rfind("llm_to_bf16_", 0) == 0;
   }
 
   llmrt::Status notCapturing(const char *call) const {
@@ -300,6 +335,8 @@ private:
   int graphLaunches_ = 0;
   int tensorCoreLaunches_ = 0;
   int tiledAttentionLaunches_ = 0;
+  int linearTensorCoreLaunches_ = 0;
+  int toBf16Launches_ = 0;
   bool events_ = true;
   std::vector<std::unique_ptr<int64_t>> eventTimes_;
   int eventRecords_ = 0;
@@ -353,7 +390,10 @@ Step makeStep(const std::vector<int> &ctx, const std::vector<int> &rows, int bs,
   return st;
 }
 
-void expectLogitsClose(const std::vector<float> &gpu, const std::vector<float> &cpu, double tol) {
+/// max |gpu - cpu| / max(1, max |cpu|) (the measure the tolerances below bound); `relative`,
+/// when given, receives it.
+void expectLogitsClose(const std::vector<float> &gpu, const std::vector<float> &cpu, double tol,
+                       double *relative = nullptr) {
   ASSERT_EQ(gpu.size(), cpu.size());
   double worst = 0, scale = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
@@ -361,6 +401,8 @@ void expectLogitsClose(const std::vector<float> &gpu, const std::vector<float> &
     worst = std::max(worst, std::fabs(double(gpu[i]) - cpu[i]));
     scale = std::max(scale, std::fabs(double(cpu[i])));
   }
+  if (relative)
+    *relative = worst / std::max(1.0, scale);
   EXPECT_LE(worst, tol * std::max(1.0, scale)) << "max |gpu - cpu| " << worst << ", max |logit| " << scale;
 }
 
@@ -371,6 +413,8 @@ struct Executors {
   std::unique_ptr<cuda::CudaExecutor> gpu;
   std::unique_ptr<llmrt::CpuExecutor> cpu;
   int V = 0, bs = 0;
+  /// The largest relative logits error compare() has seen (expectLogitsClose's measure).
+  mutable double worst = 0;
   /// Runs `st` on both and compares the logits at tolerance `tol`.
   void compare(const Step &st, double tol) const {
     std::vector<float> lg(st.idx.size() * V, NAN), lc(lg.size(), NAN);
@@ -378,18 +422,73 @@ struct Executors {
     ASSERT_TRUE(s1.ok()) << s1.to_string();
     auto s2 = cpu->forward(st.input(), lc.data());
     ASSERT_TRUE(s2.ok()) << s2.to_string();
-    expectLogitsClose(lg, lc, tol);
+    double relative = 0;
+    expectLogitsClose(lg, lc, tol, &relative);
+    worst = std::max(worst, relative);
+  }
+  /// Runs `st` summarized on the device: its whole rows (read back) match the CPU's within 1e-4,
+  /// and each summary is the host's summary of the device's own row (max, ids, logits bit for
+  /// bit, log_sum within 1e-12).
+  void compareSummaries(const Step &st) const {
+    const int L = static_cast<int>(st.idx.size());
+    std::vector<llmrt::LogitsSummary> sums(L);
+    ASSERT_TRUE(gpu->forward_summary(st.input(), sums.data()).ok());
+    std::vector<float> rows(size_t(L) * V, NAN), lc(rows.size(), NAN);
+    ASSERT_TRUE(gpu->read_logits(0, L, rows.data()).ok());
+    ASSERT_TRUE(cpu->forward(st.input(), lc.data()).ok());
+    expectLogitsClose(rows, lc, 1e-4);
+    for (int i = 0; i < L; ++i) {
+      llmrt::LogitsSummary want;
+      llmrt::summarize_logits(rows.data() + size_t(i) * V, V, &want);
+      EXPECT_EQ(sums[i].max, want.max) << i;
+      EXPECT_EQ(sums[i].count, want.count) << i;
+      EXPECT_EQ(sums[i].num_valid, V) << i;
+      EXPECT_EQ(std::memcmp(sums[i].ids, want.ids, sizeof(want.ids)), 0) << i;
+      EXPECT_EQ(std::memcmp(sums[i].logits, want.logits, sizeof(want.logits)), 0) << i;
+      EXPECT_NEAR(sums[i].log_sum, want.log_sum, 1e-12 * std::max(1.0, std::fabs(want.log_sum))) << i;
+    }
   }
 };
 
+/// A one-layer Llama config.json with one 32-wide head (as small as a test of the step's shape
+/// needs: emulation costs grow with every thread and barrier), in dir/model.
+std::string writeSmallConfig(const TempDir &dir, int vocab, int maxPositions) {
+  std::filesystem::create_directories(dir.file("model"));
+  const std::string config = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
+    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": )" + std::to_string(vocab) +
+                             R"(, "max_position_embeddings": )" + std::to_string(maxPositions) + R"(,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu",
+    "bos_token_id": 1, "eos_token_id": 2})";
+  llmc::testing::writeFile(dir.file("model/config.json"), config.data(), config.size());
+  return dir.file("model");
+}
+
+/// CudaExecutorOptions::load_gemm_library for tests that do not exercise a GEMM library: the
+/// emulated device has none (load_cublaslt would dlopen the real libcublasLt and, on a GPU
+/// machine, hand it host pointers). Steps the plan gives to a library run their generated kernels.
+llmrt::StatusOr<std::unique_ptr<cuda::GemmLibrary>> noGemmLibrary(cuda::Driver *) {
+  return llmrt::unavailable("the emulated device has no GEMM library");
+}
+
+cuda::CudaExecutorOptions hermeticOptions() {
+  cuda::CudaExecutorOptions o;
+  o.load_gemm_library = noGemmLibrary;
+  return o;
+}
+
+/// `options` (when given) adjusts the CUDA executor's options last (e.g. its GEMM library).
 llmrt::StatusOr<Executors> makeExecutors(const llmrt::Plan &plan, EmulatedDriver &driver, int tokens, int seqs,
-                                         int blocks, bool graphs = true, bool tiledAttention = true) {
-  cuda::CudaExecutorOptions go;
+                                         int blocks, bool graphs = true, bool tiledAttention = true,
+                                         const std::function<void(cuda::CudaExecutorOptions &)> &options = {}) {
+  cuda::CudaExecutorOptions go = hermeticOptions();
   go.tiled_attention = tiledAttention;
   go.max_tokens_per_step = tokens;
   go.max_seqs_per_step = seqs;
   go.num_kv_blocks = blocks;
   go.cuda_graphs = graphs;
+  if (options)
+    options(go);
   Executors e;
   ASSIGN_OR_RETURN(e.gpu, cuda::CudaExecutor::create(plan, &driver, go));
   llmrt::CpuExecutorOptions co;
@@ -641,24 +740,9 @@ TEST(CudaExecutor, SummarizesLogitsOnTheDeviceAndReadsRowsOnDemand) {
   const int V = ex->V, bs = ex->bs, mb = 4;
   auto check = [&](const Step &st, int wantLaunches) {
     const int L = static_cast<int>(st.idx.size());
-    std::vector<llmrt::LogitsSummary> sums(L);
     const int before = driver.launches();
-    ASSERT_TRUE(gpu->forward_summary(st.input(), sums.data()).ok());
+    ex->compareSummaries(st); // (reading rows back and the CPU forward launch nothing)
     EXPECT_EQ(driver.launches() - before, wantLaunches);
-    std::vector<float> rows(size_t(L) * V, NAN), lc(rows.size(), NAN);
-    ASSERT_TRUE(gpu->read_logits(0, L, rows.data()).ok());
-    ASSERT_TRUE(cpu->forward(st.input(), lc.data()).ok());
-    expectLogitsClose(rows, lc, 1e-4);
-    for (int i = 0; i < L; ++i) { // the device's summary of its own rows
-      llmrt::LogitsSummary want;
-      llmrt::summarize_logits(rows.data() + size_t(i) * V, V, &want);
-      EXPECT_EQ(sums[i].max, want.max) << i;
-      EXPECT_EQ(sums[i].count, want.count) << i;
-      EXPECT_EQ(sums[i].num_valid, V) << i;
-      EXPECT_EQ(std::memcmp(sums[i].ids, want.ids, sizeof(want.ids)), 0) << i;
-      EXPECT_EQ(std::memcmp(sums[i].logits, want.logits, sizeof(want.logits)), 0) << i;
-      EXPECT_NEAR(sums[i].log_sum, want.log_sum, 1e-12 * std::max(1.0, std::fabs(want.log_sum))) << i;
-    }
     std::vector<float> one(V);
     EXPECT_TRUE(gpu->read_logits(L - 1, 1, one.data()).ok());
     EXPECT_FALSE(gpu->read_logits(L, 1, one.data()).ok()); // past the step's rows
@@ -676,14 +760,8 @@ TEST(CudaExecutor, LongContextsSplitAttentionAndMatchTheCpuExecutor) {
   // (more than 32: attention unsplit), then decode steps at 271 and 272 positions, whose attention
   // splits into 2 chunks combined by the item's last block (flash-decoding), replayed as graphs.
   TempDir dir;
-  std::filesystem::create_directories(dir.file("model"));
-  const std::string config = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
-    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 64, "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu",
-    "bos_token_id": 1, "eos_token_id": 2})";
-  llmc::testing::writeFile(dir.file("model/config.json"), config.data(), config.size());
-  auto plan = llmrt::Plan::open(compilePlan(dir, dir.file("model"), "--synthetic-weights 5 --target sm_90 --no-tensor-cores"));
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, writeSmallConfig(dir, 64, 512), "--synthetic-weights 5 --target sm_90 --no-tensor-cores"));
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
   auto ex = makeExecutors(**plan, driver, 512, 2, 512 / 16 + 1);
@@ -697,6 +775,34 @@ TEST(CudaExecutor, LongContextsSplitAttentionAndMatchTheCpuExecutor) {
   both(makeStep({271}, {1}, bs, mb, V, 2));
   both(makeStep({272}, {1}, bs, mb, V, 3));
   EXPECT_EQ(driver.graphLaunches(), 2);
+}
+
+TEST(CudaExecutor, WideVocabularySummariesSplitRowsOverBlocks) {
+  // A vocabulary of 4096: steps of up to 32 logits rows summarize each row in 2 parts (a block
+  // each, merged by the row's last part through the workspace), larger steps a block per row.
+  // Either way the summary is the host's summary of the device's own rows.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, writeSmallConfig(dir, 4096, 128), "--synthetic-weights 6 --target sm_90 --no-tensor-cores"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const int k = (*plan)->program("forward")->logits_summary_kernel();
+  ASSERT_GE(k, 0);
+  EXPECT_EQ((*plan)->fb().kernels()->Get(k)->grid_rule()->str(), "rows x2 when rows<=32");
+  EXPECT_GT((*plan)->fb().kernels()->Get(k)->workspace_bytes(), 0u);
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  auto ex = makeExecutors(**plan, driver, 64, 40, 40 * 4);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  const int V = ex->V, bs = ex->bs, mb = 4;
+  ASSERT_EQ(V, 4096);
+  auto check = [&](const Step &st) {
+    SCOPED_TRACE(std::to_string(st.idx.size()) + " logits rows");
+    ex->compareSummaries(st);
+  };
+  // Two prompts, logits for each of their 5 rows (10 rows: split), then 33 one-token
+  // sequences' rows (unsplit).
+  check(makeStep({5, 5}, {5, 5}, bs, mb, V, 1));
+  std::vector<int> ones(33, 1);
+  check(makeStep(ones, ones, bs, mb, V, 2));
 }
 
 TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {
@@ -752,7 +858,7 @@ TEST(CudaExecutor, RefusesPlansItCannotRun) {
     auto plan = llmrt::Plan::open(compilePlan(dir, model, c.args));
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
-    auto ex = cuda::CudaExecutor::create(**plan, &driver, {});
+    auto ex = cuda::CudaExecutor::create(**plan, &driver, hermeticOptions());
     ASSERT_FALSE(ex.ok());
     EXPECT_NE(ex.status().message().find(c.needle), std::string::npos) << ex.status().message();
   }
@@ -761,7 +867,7 @@ TEST(CudaExecutor, RefusesPlansItCannotRun) {
   auto plan = llmrt::Plan::open(compilePlan(dir, model, "--target sm_90"));
   ASSERT_TRUE(plan.ok());
   EmulatedDriver tiny((*plan)->fb(), 64 << 10);
-  auto ex = cuda::CudaExecutor::create(**plan, &tiny, {});
+  auto ex = cuda::CudaExecutor::create(**plan, &tiny, hermeticOptions());
   ASSERT_FALSE(ex.ok());
   EXPECT_EQ(ex.status().code(), llmrt::StatusCode::kResourceExhausted) << ex.status().to_string();
 }
@@ -781,10 +887,499 @@ TEST(CudaExecutor, RefusesArenaValuesOffTheKernelsAlignment) {
   cpu.threads = 1;
   ASSERT_TRUE(llmrt::CpuExecutor::create(**plan, cpu).ok());
   EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
-  auto ex = cuda::CudaExecutor::create(**plan, &driver, {});
+  auto ex = cuda::CudaExecutor::create(**plan, &driver, hermeticOptions());
   ASSERT_FALSE(ex.ok());
   EXPECT_NE(ex.status().message().find("value " + std::to_string(v)), std::string::npos) << ex.status().message();
   EXPECT_NE(ex.status().message().find("multiple of 16"), std::string::npos) << ex.status().message();
+}
+
+// --- A dense GEMM library (runtime/cuda/gemm_library.h) ---------------------------------------
+
+/// One library GEMM: (n, k, bf16 operands (else f32 on TF32), bias).
+using GemmKey = std::tuple<int64_t, int64_t, bool, bool>;
+
+/// What the emulated GEMM library was asked and what it did.
+struct GemmLog {
+  int loads = 0;         // load_gemm_library calls
+  int calls = 0;         // matmul() calls
+  int capturedCalls = 0; // of those, made while the driver captured a graph
+  int executed = 0;      // products computed (enqueued work that ran, graph replays included)
+  int refused = 0;       // calls answered Unimplemented
+  std::multiset<GemmKey> shapes; // of the accepted calls
+  std::set<int64_t> rows;        // row counts of the accepted calls
+};
+
+/// cuBLASLt's part played on the host: y = x w^T (+ bias) over the emulated device memory, the
+/// operands read as GemmShape::input says (bf16 bit patterns or f32), products exact and summed in
+/// double. The work is enqueued on the driver's emulated stream, so a graph capture records it.
+/// Every pointer must lie inside a live allocation of the size the shape needs (catches a bf16
+/// input buffer the memory plan made too small, or a missing workspace).
+class EmulatedGemmLibrary : public cuda::GemmLibrary {
+public:
+  static constexpr uint64_t kWorkspaceBytes = 4096;
+
+  EmulatedGemmLibrary(EmulatedDriver &driver, GemmLog &log, std::function<bool(const cuda::GemmShape &)> refuse)
+      : driver_(driver), log_(log), refuse_(std::move(refuse)) {}
+
+  std::string name() const override { return "Emulated GEMM 1.0 (host)"; }
+  uint64_t workspace_bytes() const override { return kWorkspaceBytes; }
+
+  llmrt::Status matmul(const cuda::GemmShape &g, int64_t rows, cuda::DevicePtr w, cuda::DevicePtr x,
+                       cuda::DevicePtr bias, cuda::DevicePtr y, cuda::DevicePtr workspace) override {
+    ++log_.calls;
+    log_.capturedCalls += driver_.capturing();
+    if (refuse_ && refuse_(g)) {
+      ++log_.refused;
+      return llmrt::unimplemented("emulated GEMM has no algorithm for n " + std::to_string(g.n) + ", k " +
+                                  std::to_string(g.k));
+    }
+    if (rows < 1 || g.n < 1 || g.k < 1)
+      return llmrt::invalid_argument("emulated GEMM: an empty product");
+    const bool bf16 = g.input == cuda::GemmInput::kBf16;
+    const uint64_t n = uint64_t(g.n), k = uint64_t(g.k), r = uint64_t(rows), elem = bf16 ? 2 : 4;
+    struct Operand {
+      cuda::DevicePtr p;
+      uint64_t bytes;
+      const char *what;
+    };
+    for (const Operand &o : {Operand{w, n * k * elem, "w"}, Operand{x, r * k * elem, "x"},
+                             Operand{y, r * n * 4, "y"}, Operand{workspace, kWorkspaceBytes, "workspace"}})
+      if (!driver_.holds(o.p, o.bytes))
+        return llmrt::invalid_argument(std::string("emulated GEMM: ") + o.what + " (" + std::to_string(o.bytes) +
+                                       " bytes) is not inside device memory");
+    if (g.bias ? !driver_.holds(bias, n * 4) : bias != 0)
+      return llmrt::invalid_argument("emulated GEMM: the bias pointer does not match the shape");
+    log_.shapes.insert({g.n, g.k, bf16, g.bias});
+    log_.rows.insert(rows);
+    GemmLog &log = log_;
+    const bool withBias = g.bias;
+    driver_.enqueue([=, &log] {
+      ++log.executed;
+      auto at = [&](cuda::DevicePtr base, uint64_t i) -> double {
+        return bf16 ? double(llmrt::quant::bf16_to_float(reinterpret_cast<const uint16_t *>(base)[i]))
+                    : double(reinterpret_cast<const float *>(base)[i]);
+      };
+      const float *b = reinterpret_cast<const float *>(bias);
+      float *out = reinterpret_cast<float *>(y);
+      for (uint64_t t = 0; t < r; ++t)
+        for (uint64_t j = 0; j < n; ++j) {
+          double sum = withBias ? double(b[j]) : 0.0;
+          for (uint64_t l = 0; l < k; ++l)
+            sum += at(x, t * k + l) * at(w, j * k + l);
+          out[t * n + j] = float(sum);
+        }
+    });
+    return llmrt::ok_status();
+  }
+
+private:
+  EmulatedDriver &driver_;
+  GemmLog &log_;
+  std::function<bool(const cuda::GemmShape &)> refuse_;
+};
+
+using GemmLibraryLoader = std::function<llmrt::StatusOr<std::unique_ptr<cuda::GemmLibrary>>(cuda::Driver *)>;
+
+/// CudaExecutorOptions::load_gemm_library giving an EmulatedGemmLibrary over `driver` that logs
+/// into `log` and answers Unimplemented for the shapes `refuse` picks.
+GemmLibraryLoader emulatedGemmLibrary(EmulatedDriver &driver, GemmLog &log,
+                                      std::function<bool(const cuda::GemmShape &)> refuse = {}) {
+  return [&driver, &log, refuse](cuda::Driver *d) -> llmrt::StatusOr<std::unique_ptr<cuda::GemmLibrary>> {
+    ++log.loads;
+    if (d != &driver)
+      return llmrt::internal_error("load_gemm_library was given another driver");
+    return std::unique_ptr<cuda::GemmLibrary>(std::make_unique<EmulatedGemmLibrary>(driver, log, refuse));
+  };
+}
+
+/// The GEMMs of the steps `plan` gives to a GEMM library, one per step.
+std::multiset<GemmKey> libraryGemms(const llmrt::Plan &plan) {
+  std::multiset<GemmKey> out;
+  for (const llmrt::fb::Step *st : *plan.program("forward")->steps()) {
+    if (st->gemm_library() == llmrt::fb::GemmLibrary::None)
+      continue;
+    const llmrt::fb::Tensor *w = plan.fb().tensors()->Get(static_cast<flatbuffers::uoffset_t>(st->weights()->Get(0)));
+    const bool bias = st->weights()->size() > 1 && st->weights()->Get(1) >= 0;
+    out.insert({w->shape()->Get(0), w->shape()->Get(1), w->dtype() == llmrt::fb::DType::BF16, bias});
+  }
+  return out;
+}
+
+int linearSteps(const llmrt::Plan &plan) {
+  int n = 0;
+  for (const llmrt::fb::Step *st : *plan.program("forward")->steps())
+    n += st->op() == llmrt::fb::OpKind::Linear;
+  return n;
+}
+
+/// to_bf16 launches of a forward whose library steps all call the library: one per step with
+/// an input kernel, except that a library step reading the value the library step before it
+/// converted uses that copy (the executor's contract, cuda_executor.h).
+int expectedConversions(const llmrt::Plan &plan) {
+  int n = 0, converted = -1;
+  for (const llmrt::fb::Step *st : *plan.program("forward")->steps()) {
+    if (st->gemm_library() == llmrt::fb::GemmLibrary::None) {
+      converted = -1;
+      continue;
+    }
+    if (st->library_input_kernel() < 0)
+      continue;
+    const int in = st->inputs()->Get(0);
+    n += in != converted;
+    converted = in;
+  }
+  return n;
+}
+
+std::string joined(const std::vector<std::string> &lines) {
+  std::string out;
+  for (const std::string &l : lines)
+    out += l + "\n";
+  return out;
+}
+
+uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
+
+// Tolerances of the logits against the CPU executor's, relative to max(1, max |logit|):
+// - bf16 library steps: each linear input is rounded to bf16 (8 significant bits, relative error
+//   up to 2^-8, against TF32's 2^-11) while the CPU multiplies the f32 activations with the same
+//   bf16 weights; the emulated library then multiplies exactly. Measured on the tiny qwen2 (two
+//   layers): 7.0e-3 with its fused projections, 3.8e-3 unfused (TF32 gives ~8e-4, see
+//   TensorCorePlansMatchWithinTf32Rounding). Bound: 2e-2, ~3x the worst measured; the tests print
+//   what they measure.
+// - generated tensor-core kernels (TF32, linear and logits steps of 16 rows or more): 3e-3 (the
+//   emulated library multiplies f32 operands exactly, so f32 plans stay within it too).
+constexpr double kBf16Tol = 2e-2;
+constexpr double kTf32Tol = 3e-3;
+
+/// The tiny qwen2 (q/k/v biases) with bf16 weights for sm_90: dense linear steps on the library.
+std::unique_ptr<llmrt::Plan> bf16Plan(const TempDir &dir, const std::string &extra = "") {
+  auto plan = llmrt::Plan::open(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/qwen2",
+                                            "--target sm_90 --weight-dtype bf16 " + extra));
+  EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+  return plan.ok() ? std::move(*plan) : nullptr;
+}
+
+TEST(CudaExecutor, GemmLibraryRunsTheDenseLinearStepsOfBigSteps) {
+  TempDir dir;
+  std::unique_ptr<llmrt::Plan> plan = bf16Plan(dir);
+  ASSERT_TRUE(plan);
+  // The plan gives every dense linear step to cuBLASLt (2 layers: q|k|v with its bias, o,
+  // gate|up, down), each with a to_bf16 kernel of its input's width.
+  const std::multiset<GemmKey> gemms = libraryGemms(*plan);
+  const int marked = static_cast<int>(gemms.size());
+  EXPECT_EQ(marked, linearSteps(*plan));
+  EXPECT_EQ(marked, 8);
+  EXPECT_EQ(std::count_if(gemms.begin(), gemms.end(), [](const GemmKey &g) { return std::get<3>(g); }), 2);
+  for (const llmrt::fb::Step *st : *plan->program("forward")->steps()) {
+    if (st->gemm_library() == llmrt::fb::GemmLibrary::None)
+      continue;
+    EXPECT_EQ(st->gemm_library(), llmrt::fb::GemmLibrary::CublasLt);
+    EXPECT_GE(st->batched_kernel(), 0);
+    ASSERT_GE(st->library_input_kernel(), 0);
+    const llmrt::fb::Kernel *k =
+        plan->fb().kernels()->Get(static_cast<flatbuffers::uoffset_t>(st->library_input_kernel()));
+    EXPECT_EQ(k->family()->str(), "to_bf16");
+    const int64_t width = plan->program("forward")->values()->Get(st->inputs()->Get(0))->width();
+    EXPECT_EQ(k->name()->str().rfind("llm_to_bf16_k" + std::to_string(width) + "_", 0), 0u) << k->name()->str();
+  }
+
+  EmulatedDriver driver(plan->fb(), uint64_t{1} << 30);
+  GemmLog log;
+  const int tokens = 64, seqs = 16, mb = 4;
+  auto ex = makeExecutors(*plan, driver, tokens, seqs, seqs * mb, true, true, [&](cuda::CudaExecutorOptions &o) {
+    o.load_gemm_library = emulatedGemmLibrary(driver, log);
+  });
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  const int V = ex->V, bs = ex->bs;
+  ASSERT_EQ(bs, 16);
+  EXPECT_EQ(log.loads, 1);
+  EXPECT_EQ(gpu->gemm_library_name(), "Emulated GEMM 1.0 (host)");
+  EXPECT_EQ(gpu->gemm_library_steps(), marked);
+  EXPECT_TRUE(gpu->warnings().empty()) << joined(gpu->warnings());
+  // The memory plan holds the library's workspace and the bf16 copy of the widest converted
+  // input (the down projection's 128 = intermediate_size) for a step of `tokens` rows.
+  EXPECT_EQ(gpu->memory().library, EmulatedGemmLibrary::kWorkspaceBytes + align256(128 * tokens * 2));
+  EXPECT_EQ(gpu->workspace_bytes(), gpu->memory().activations + gpu->memory().batch + gpu->memory().library);
+  const int conversions = expectedConversions(*plan);
+  EXPECT_EQ(conversions, marked); // no two library steps in a row read one value here
+
+  // A prefill of 24 rows: every marked step calls the library once, with its shape, after its
+  // to_bf16 kernel; no linear step runs its generated tensor-core kernel.
+  ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1), kBf16Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(log.executed, marked);
+  EXPECT_EQ(log.shapes, gemms);
+  EXPECT_EQ(log.rows, std::set<int64_t>{bs + 8});
+  EXPECT_EQ(driver.toBf16Launches(), conversions);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+  // A decode step of 2 rows (fewer than batched_min_rows): the generated kernels only.
+  ex->compare(makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2), kBf16Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(driver.toBf16Launches(), conversions);
+  // 16 prompts of 3 tokens (48 rows): the library again.
+  std::vector<int> ctx(seqs, 3);
+  ex->compare(makeStep(ctx, ctx, bs, mb, V, 3), kBf16Tol);
+  EXPECT_EQ(log.calls, 2 * marked);
+  EXPECT_EQ(log.executed, 2 * marked);
+  EXPECT_EQ(log.capturedCalls, 0);
+  // The 16 sequences decoding: the graph of batch 16, on its first use made after one forward
+  // outside the capture (cuBLASLt chooses its algorithm and loads its kernels on a shape's first
+  // call, which a capture must not contain); the capture records each call, the replay runs it.
+  for (int &c : ctx)
+    ++c;
+  const int graphs = driver.graphLaunches();
+  ex->compare(makeStep(ctx, std::vector<int>(seqs, 1), bs, mb, V, 4), kBf16Tol);
+  EXPECT_EQ(driver.graphLaunches() - graphs, 1);
+  EXPECT_EQ(log.calls, 4 * marked);
+  EXPECT_EQ(log.capturedCalls, marked);
+  EXPECT_EQ(log.executed, 4 * marked);
+  // The next decode step replays the graph: the library's recorded work runs, no new call.
+  for (int &c : ctx)
+    ++c;
+  ex->compare(makeStep(ctx, std::vector<int>(seqs, 1), bs, mb, V, 5), kBf16Tol);
+  EXPECT_EQ(driver.graphLaunches() - graphs, 2);
+  EXPECT_EQ(log.calls, 4 * marked);
+  EXPECT_EQ(log.executed, 5 * marked);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+  EXPECT_EQ(log.rows, (std::set<int64_t>{bs + 8, 3 * seqs, seqs}));
+  EXPECT_TRUE(gpu->warnings().empty()) << joined(gpu->warnings());
+  // Profiles name the library as the steps' kernel from batched_min_rows rows.
+  llmrt::Profiler profiler;
+  gpu->set_profiler(&profiler);
+  for (int &c : ctx)
+    ++c;
+  ex->compare(makeStep(ctx, std::vector<int>(seqs, 1), bs, mb, V, 6), kBf16Tol);
+  EXPECT_EQ(log.calls, 5 * marked);
+  const std::string table = profiler.format_table();
+  EXPECT_NE(table.find("Linear n128_k64_bf16_bias (Emulated from 16 rows)"), std::string::npos) << table;
+  std::printf("[ measured ] bf16 GEMM library vs CPU: max |logit error| / max(1, max |logit|) = %.2e\n", ex->worst);
+}
+
+TEST(CudaExecutor, ConsecutiveGemmLibraryStepsConvertTheirInputOnce) {
+  // Without the q|k|v and gate|up fusions q, k and v (and gate and up) are library steps in a
+  // row reading one value: its bf16 copy is made once for them.
+  TempDir dir;
+  std::unique_ptr<llmrt::Plan> plan = bf16Plan(dir, "--disable-pass fuse-qkv --disable-pass fuse-gate-up");
+  ASSERT_TRUE(plan);
+  const int marked = static_cast<int>(libraryGemms(*plan).size());
+  EXPECT_EQ(marked, linearSteps(*plan));
+  const int conversions = expectedConversions(*plan);
+  EXPECT_EQ(conversions, 8);  // per layer: q|k|v's input, o's, gate|up's, down's
+  EXPECT_EQ(marked, 14);
+  EmulatedDriver driver(plan->fb(), uint64_t{1} << 30);
+  GemmLog log;
+  auto ex = makeExecutors(*plan, driver, 32, 4, 16, true, true, [&](cuda::CudaExecutorOptions &o) {
+    o.load_gemm_library = emulatedGemmLibrary(driver, log);
+  });
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  const int V = ex->V, bs = ex->bs;
+  ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, 4, V, 1), kBf16Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(driver.toBf16Launches(), conversions);
+  ex->compare(makeStep({bs + 9, 8}, {6, 3}, bs, 4, V, 2), kBf16Tol); // 9 rows: no library
+  ex->compare(makeStep({bs + 19, 16}, {10, 8}, bs, 4, V, 3), kBf16Tol);
+  EXPECT_EQ(log.calls, 2 * marked);
+  EXPECT_EQ(driver.toBf16Launches(), 2 * conversions);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+  std::printf("[ measured ] bf16 GEMM library (unfused) vs CPU: max |logit error| / max(1, max |logit|) = %.2e\n",
+              ex->worst);
+}
+
+TEST(CudaExecutor, GemmLibraryOffRunsTheGeneratedKernels) {
+  // CudaExecutorOptions::gemm_library = false (llmrt --no-gemm-library): the library is not
+  // even loaded; the marked steps run their generated kernels, with a warning saying so.
+  TempDir dir;
+  std::unique_ptr<llmrt::Plan> plan = bf16Plan(dir);
+  ASSERT_TRUE(plan);
+  const int marked = static_cast<int>(libraryGemms(*plan).size());
+  ASSERT_GT(marked, 0);
+  EmulatedDriver driver(plan->fb(), uint64_t{1} << 30);
+  GemmLog log;
+  auto ex = makeExecutors(*plan, driver, 32, 4, 16, true, true, [&](cuda::CudaExecutorOptions &o) {
+    o.gemm_library = false;
+    o.load_gemm_library = emulatedGemmLibrary(driver, log);
+  });
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  EXPECT_EQ(log.loads, 0);
+  EXPECT_EQ(gpu->gemm_library_steps(), 0);
+  EXPECT_EQ(gpu->gemm_library_name(), "");
+  EXPECT_EQ(gpu->memory().library, 0u);
+  ASSERT_EQ(gpu->warnings().size(), 1u) << joined(gpu->warnings());
+  EXPECT_NE(gpu->warnings()[0].find(std::to_string(marked) + " dense linear steps"), std::string::npos)
+      << gpu->warnings()[0];
+  EXPECT_NE(gpu->warnings()[0].find("(as asked)"), std::string::npos) << gpu->warnings()[0];
+  const int V = ex->V, bs = ex->bs;
+  ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, 4, V, 1), kTf32Tol);
+  EXPECT_EQ(log.calls, 0);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), marked);
+  EXPECT_EQ(driver.toBf16Launches(), 0);
+  ex->compare(makeStep({bs + 4, 6}, {1, 1}, bs, 4, V, 2), kTf32Tol);
+}
+
+TEST(CudaExecutor, GemmLibraryThatDoesNotLoadLeavesTheGeneratedKernels) {
+  TempDir dir;
+  std::unique_ptr<llmrt::Plan> plan = bf16Plan(dir);
+  ASSERT_TRUE(plan);
+  const int marked = static_cast<int>(libraryGemms(*plan).size());
+  ASSERT_GT(marked, 0);
+  struct Case {
+    GemmLibraryLoader load;
+    const char *reason;
+  };
+  for (const Case &c :
+       {Case{[](cuda::Driver *) -> llmrt::StatusOr<std::unique_ptr<cuda::GemmLibrary>> {
+               return llmrt::unavailable("cuBLASLt not found: emulated absence");
+             },
+             "GEMM library unavailable (cuBLASLt not found: emulated absence)"},
+        Case{[](cuda::Driver *) -> llmrt::StatusOr<std::unique_ptr<cuda::GemmLibrary>> {
+               return std::unique_ptr<cuda::GemmLibrary>();
+             },
+             "GEMM library unavailable (none loaded)"}}) {
+    SCOPED_TRACE(c.reason);
+    EmulatedDriver driver(plan->fb(), uint64_t{1} << 30);
+    auto ex = makeExecutors(*plan, driver, 32, 4, 16, true, true,
+                            [&](cuda::CudaExecutorOptions &o) { o.load_gemm_library = c.load; });
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    auto &gpu = ex->gpu;
+    ASSERT_EQ(gpu->warnings().size(), 1u) << joined(gpu->warnings());
+    EXPECT_NE(gpu->warnings()[0].find(c.reason), std::string::npos) << gpu->warnings()[0];
+    EXPECT_NE(gpu->warnings()[0].find(std::to_string(marked) + " dense linear steps"), std::string::npos)
+        << gpu->warnings()[0];
+    EXPECT_EQ(gpu->gemm_library_steps(), 0);
+    EXPECT_EQ(gpu->gemm_library_name(), "");
+    EXPECT_EQ(gpu->memory().library, 0u);
+    const int V = ex->V, bs = ex->bs;
+    ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, 4, V, 1), kTf32Tol);
+    EXPECT_EQ(driver.linearTensorCoreLaunches(), marked);
+    EXPECT_EQ(driver.toBf16Launches(), 0);
+  }
+}
+
+TEST(CudaExecutor, GemmLibraryRefusingAShapeFallsBackToTheGeneratedKernel) {
+  // The library has no algorithm for the down projections (n 64, k 128): those steps run their
+  // generated tensor-core kernel from then on, each with one warning; the others keep the library.
+  TempDir dir;
+  std::unique_ptr<llmrt::Plan> plan = bf16Plan(dir);
+  ASSERT_TRUE(plan);
+  const std::multiset<GemmKey> gemms = libraryGemms(*plan);
+  const int marked = static_cast<int>(gemms.size());
+  const int refused = static_cast<int>(gemms.count({64, 128, true, false}));
+  ASSERT_EQ(refused, 2);
+  EmulatedDriver driver(plan->fb(), uint64_t{1} << 30);
+  GemmLog log;
+  auto ex = makeExecutors(*plan, driver, 32, 4, 16, true, true, [&](cuda::CudaExecutorOptions &o) {
+    o.load_gemm_library =
+        emulatedGemmLibrary(driver, log, [](const cuda::GemmShape &g) { return g.n == 64 && g.k == 128; });
+  });
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  EXPECT_EQ(gpu->gemm_library_steps(), marked);
+  const int V = ex->V, bs = ex->bs;
+  ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, 4, V, 1), kBf16Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(log.refused, refused);
+  EXPECT_EQ(log.executed, marked - refused);
+  EXPECT_EQ(gpu->gemm_library_steps(), marked - refused);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), refused);
+  ASSERT_EQ(gpu->warnings().size(), size_t(refused)) << joined(gpu->warnings());
+  for (const std::string &w : gpu->warnings()) {
+    EXPECT_NE(w.find("Linear"), std::string::npos) << w;
+    EXPECT_NE(w.find("no algorithm for n 64, k 128"), std::string::npos) << w;
+    EXPECT_NE(w.find("runs the plan's generated kernel"), std::string::npos) << w;
+  }
+  // The next big step does not ask again.
+  ex->compare(makeStep({bs + 19, 16}, {16, 11}, bs, 4, V, 2), kBf16Tol);
+  EXPECT_EQ(log.calls, 2 * marked - refused);
+  EXPECT_EQ(log.refused, refused);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 2 * refused);
+  EXPECT_EQ(gpu->warnings().size(), size_t(refused));
+}
+
+TEST(CudaExecutor, GemmLibraryTakesF32WeightsAsTf32WithoutConversion) {
+  // f32 weights: the library multiplies the f32 activations directly (TF32), so the plan has no
+  // to_bf16 kernel and the memory plan no bf16 copy.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const std::multiset<GemmKey> gemms = libraryGemms(**plan);
+  const int marked = static_cast<int>(gemms.size());
+  EXPECT_EQ(marked, linearSteps(**plan));
+  EXPECT_EQ(marked, 8);
+  for (const GemmKey &g : gemms)
+    EXPECT_FALSE(std::get<2>(g));
+  for (const llmrt::fb::Step *st : *(*plan)->program("forward")->steps())
+    EXPECT_EQ(st->library_input_kernel(), -1);
+  for (const llmrt::fb::Kernel *k : *(*plan)->fb().kernels())
+    EXPECT_NE(k->family()->str(), "to_bf16") << k->name()->str();
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  GemmLog log;
+  auto ex = makeExecutors(**plan, driver, 32, 4, 16, true, true, [&](cuda::CudaExecutorOptions &o) {
+    o.load_gemm_library = emulatedGemmLibrary(driver, log);
+  });
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  EXPECT_EQ(ex->gpu->gemm_library_steps(), marked);
+  EXPECT_EQ(ex->gpu->memory().library, EmulatedGemmLibrary::kWorkspaceBytes);
+  const int V = ex->V, bs = ex->bs;
+  ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, 4, V, 1), kTf32Tol);
+  ex->compare(makeStep({bs + 4, 6}, {1, 1}, bs, 4, V, 2), kTf32Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(log.shapes, gemms);
+  EXPECT_EQ(driver.toBf16Launches(), 0);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+}
+
+TEST(CudaExecutor, RefusesGemmLibraryStepsItCannotRun) {
+  // Plans the reader accepts but the executor cannot run: a bf16 library step without its
+  // to_bf16 kernel, and a library step over f16 weights (the library is given bf16 or f32).
+  TempDir dir;
+  std::unique_ptr<llmrt::Plan> plan = bf16Plan(dir);
+  ASSERT_TRUE(plan);
+  const std::string bytes = llmc::testing::readFile(dir.file("plan.fb"));
+  ASSERT_FALSE(bytes.empty());
+  struct Case {
+    const char *what;
+    const char *error;
+  };
+  for (const Case &c : {Case{"no input kernel", "needs to_bf16 input kernel"},
+                        Case{"f16 weights", "needs a dense bf16 or f32 weight"}}) {
+    SCOPED_TRACE(c.what);
+    std::vector<uint8_t> copy(bytes.begin(), bytes.end());
+    const auto *header = reinterpret_cast<const llmrt::PlanFileHeader *>(copy.data());
+    llmrt::fb::Plan *p = llmrt::fb::GetMutablePlan(copy.data() + header->flatbuffer_offset);
+    llmrt::fb::Program *forward = nullptr;
+    for (flatbuffers::uoffset_t i = 0; i < p->programs()->size(); ++i)
+      if (p->programs()->Get(i)->name()->str() == "forward")
+        forward = p->mutable_programs()->GetMutableObject(i);
+    ASSERT_NE(forward, nullptr);
+    llmrt::fb::Step *step = nullptr;
+    for (flatbuffers::uoffset_t i = 0; i < forward->steps()->size() && !step; ++i)
+      if (forward->steps()->Get(i)->gemm_library() != llmrt::fb::GemmLibrary::None)
+        step = forward->mutable_steps()->GetMutableObject(i);
+    ASSERT_NE(step, nullptr);
+    if (std::string(c.what) == "no input kernel") {
+      ASSERT_TRUE(step->mutate_library_input_kernel(-1));
+    } else {
+      llmrt::fb::Tensor *w = p->mutable_tensors()->GetMutableObject(
+          static_cast<flatbuffers::uoffset_t>(step->weights()->Get(0)));
+      ASSERT_EQ(w->dtype(), llmrt::fb::DType::BF16);
+      ASSERT_TRUE(w->mutate_dtype(llmrt::fb::DType::F16));
+    }
+    auto mutated = llmrt::Plan::from_bytes(copy.data(), copy.size());
+    ASSERT_TRUE(mutated.ok()) << mutated.status().to_string();
+    EmulatedDriver driver((*mutated)->fb(), uint64_t{1} << 30);
+    GemmLog log;
+    cuda::CudaExecutorOptions o = hermeticOptions();
+    o.load_gemm_library = emulatedGemmLibrary(driver, log);
+    auto ex = cuda::CudaExecutor::create(**mutated, &driver, o);
+    ASSERT_FALSE(ex.ok());
+    EXPECT_EQ(ex.status().code(), llmrt::StatusCode::kInvalidArgument) << ex.status().to_string();
+    EXPECT_NE(ex.status().message().find(c.error), std::string::npos) << ex.status().message();
+    EXPECT_NE(ex.status().message().find("Linear"), std::string::npos) << ex.status().message();
+  }
 }
 
 } // namespace

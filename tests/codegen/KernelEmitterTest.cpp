@@ -291,6 +291,7 @@ TEST_F(EmitterTest, LinearFollowsTheWeightStorage) {
   ASSERT_TRUE(mlir::succeeded(dense)) << diagnostics;
   EXPECT_EQ(dense->family, "linear");
   EXPECT_TRUE(contains(dense->source, "weight=f32")) << dense->source;
+  EXPECT_EQ(llmc::batchedMinRows(denseOps[1]), 16);
 
   auto ops = parse("%x: tensor<?x576xf32>", with(", quant = \"int4-g32-f16-min\""));
   ASSERT_EQ(ops.size(), 2u);
@@ -300,7 +301,11 @@ TEST_F(EmitterTest, LinearFollowsTheWeightStorage) {
   auto spec = llmc::emitKernel(ops[1]);
   ASSERT_TRUE(mlir::succeeded(spec)) << diagnostics;
   EXPECT_TRUE(contains(spec->source, "weight=int4-g32-f16-min")) << spec->source;
-  EXPECT_EQ(spec->gridRule, "rows/4*48"); // 1536 rows = 192 tiles, 4 warps a block
+  // 1536 rows = 192 tiles, a block each whose warps split K's 5 spans of 128 (one warp each).
+  EXPECT_EQ(spec->gridRule, "rows/4*192");
+  EXPECT_EQ(spec->blockDim[0], 5 * 32);
+  // Tensor cores from 33 rows for quantized weights (kQuantTensorCoreMinRows), 16 for dense ones.
+  EXPECT_EQ(llmc::batchedMinRows(ops[1]), 33);
   // The tensor-core kernel for steps of 16+ rows, unless the module turns it off.
   auto batched = llmc::emitBatchedKernel(ops[1]);
   ASSERT_TRUE(mlir::succeeded(batched) && batched->has_value()) << diagnostics;

@@ -264,39 +264,54 @@ using SiluMulFusedFn = void (*)(const float *, float *, int, unsigned);
 
 double siluRef(double g) { return g / (1.0 + std::exp(-g)); }
 
+// Widths with one chunk per row, several (the last one partial) with 16-byte loads, and several
+// without (I not a multiple of 4); grids covering every (row, chunk) and far smaller ones.
 TEST(KernelNumerics, SiluMulBothForms) {
-  const int I = 100, T = 4;
-  std::vector<float> gate = randomVector(size_t(T) * I, 7, -8.0f, 8.0f);
-  std::vector<float> up = randomVector(size_t(T) * I, 8);
-  gate[0] = -100.0f; // exp overflow side: silu -> -0
-  gate[1] = 100.0f;
-  std::vector<double> want(size_t(T) * I);
-  for (size_t i = 0; i < want.size(); ++i)
-    want[i] = siluRef(gate[i]) * up[i];
+  for (const int I : {100, 2052, 1030}) {
+    SCOPED_TRACE("I = " + std::to_string(I));
+    const int T = 4;
+    std::vector<float> gate = randomVector(size_t(T) * I, 7, -8.0f, 8.0f);
+    std::vector<float> up = randomVector(size_t(T) * I, 8);
+    gate[0] = -100.0f; // exp overflow side: silu -> -0
+    gate[1] = 100.0f;
+    std::vector<double> want(size_t(T) * I);
+    for (size_t i = 0; i < want.size(); ++i)
+      want[i] = siluRef(gate[i]) * up[i];
 
-  auto split = llmc::emitSiluMulKernel({I, false});
-  ASSERT_TRUE(split.ok());
-  HostKernel ks(*split, "const float *gate, const float *up, float *out, int T",
-                "gate, up, out, T");
-  ASSERT_TRUE(ks.ok()) << ks.error();
-  std::vector<float> out(want.size(), NAN);
-  ks.get<SiluMulFn>()(gate.data(), up.data(), out.data(), T, T);
-  expectNear(out, want, 2e-6, "silu_mul");
+    auto split = llmc::emitSiluMulKernel({I, false});
+    ASSERT_TRUE(split.ok());
+    ASSERT_EQ(split->gridRule.rfind("rows*", 0), 0u) << split->gridRule;
+    const unsigned chunks = unsigned(std::stoul(split->gridRule.substr(5)));
+    EXPECT_EQ(chunks, I == 100 ? 1u : I == 2052 ? 3u : 5u);
+    HostKernel ks(*split, "const float *gate, const float *up, float *out, int T",
+                  "gate, up, out, T");
+    ASSERT_TRUE(ks.ok()) << ks.error();
+    std::vector<float> out(want.size(), NAN);
+    ks.get<SiluMulFn>()(gate.data(), up.data(), out.data(), T, T * chunks);
+    expectNear(out, want, 2e-6, "silu_mul");
+    // In place (out aliases gate), with a grid of 3 blocks walking every (row, chunk).
+    std::vector<float> inPlace = gate;
+    ks.get<SiluMulFn>()(inPlace.data(), up.data(), inPlace.data(), T, 3);
+    EXPECT_TRUE(bitEqual(inPlace, out));
 
-  std::vector<float> gu(size_t(T) * 2 * I);
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < I; ++j) {
-      gu[size_t(t) * 2 * I + j] = gate[size_t(t) * I + j];
-      gu[size_t(t) * 2 * I + I + j] = up[size_t(t) * I + j];
+    std::vector<float> gu(size_t(T) * 2 * I);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < I; ++j) {
+        gu[size_t(t) * 2 * I + j] = gate[size_t(t) * I + j];
+        gu[size_t(t) * 2 * I + I + j] = up[size_t(t) * I + j];
+      }
+    auto fused = llmc::emitSiluMulKernel({I, true});
+    ASSERT_TRUE(fused.ok());
+    EXPECT_EQ(fused->gridRule, split->gridRule);
+    HostKernel kf(*fused, "const float *gate_up, float *out, int T",
+                  "gate_up, out, T");
+    ASSERT_TRUE(kf.ok()) << kf.error();
+    for (const unsigned grid : {T * chunks, 3u}) {
+      std::vector<float> outFused(want.size(), NAN);
+      kf.get<SiluMulFusedFn>()(gu.data(), outFused.data(), T, grid);
+      EXPECT_TRUE(bitEqual(outFused, out)) << "grid " << grid;
     }
-  auto fused = llmc::emitSiluMulKernel({I, true});
-  ASSERT_TRUE(fused.ok());
-  HostKernel kf(*fused, "const float *gate_up, float *out, int T",
-                "gate_up, out, T");
-  ASSERT_TRUE(kf.ok()) << kf.error();
-  std::vector<float> outFused(want.size(), NAN);
-  kf.get<SiluMulFusedFn>()(gu.data(), outFused.data(), T, 3);
-  EXPECT_TRUE(bitEqual(outFused, out));
+  }
 }
 
 } // namespace

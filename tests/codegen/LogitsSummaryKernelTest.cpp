@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -18,7 +19,8 @@ namespace {
 
 using llmc::testing::HostKernel;
 using llmrt::LogitsSummary;
-using SummaryFn = void (*)(const float *, unsigned char *, int, unsigned);
+using SummaryFn = void (*)(const float *, unsigned char *, unsigned char *, int, unsigned);
+using UnsplitFn = void (*)(const float *, unsigned char *, int, unsigned);
 
 // Row r of `kind`: distinct values, ties everywhere, half masked, NaN and a flat tail, all -inf,
 // all NaN.
@@ -37,46 +39,76 @@ std::vector<float> makeRow(int vocab, int kind, uint32_t seed) {
   return v;
 }
 
-void checkVocab(int vocab) {
-  SCOPED_TRACE("vocab " + std::to_string(vocab));
+// Steps of up to 32 rows split rows of 4096 entries or more into parts (a block each, merged
+// through the workspace); more rows keep a block per row. Both must give the host's summary.
+void checkVocab(int vocab, int L, int parts) {
+  SCOPED_TRACE("vocab " + std::to_string(vocab) + ", " + std::to_string(L) + " rows");
   auto spec = llmc::emitLogitsSummaryKernel(vocab);
   ASSERT_TRUE(spec.ok()) << spec.status().to_string();
   EXPECT_EQ(spec->family, "logits_summary");
-  EXPECT_EQ(spec->gridRule, "rows");
-  HostKernel k(*spec, "const float *logits, unsigned char *out, int L", "logits, out, L");
+  EXPECT_EQ(spec->gridRule, parts == 1 ? "rows" : "rows x" + std::to_string(parts) + " when rows<=32");
+  EXPECT_EQ(spec->workspaceBytes > 0, parts > 1);
+  // The workspace parameter exists only when rows split.
+  HostKernel k(*spec,
+               parts > 1 ? "const float *logits, unsigned char *out, unsigned char *work, int L"
+                         : "const float *logits, unsigned char *out, int L",
+               parts > 1 ? "logits, out, work, L" : "logits, out, L");
   ASSERT_TRUE(k.ok()) << k.error();
-  const int kinds = 6, L = 2 * kinds;
+  const int kinds = 6;
   std::vector<float> logits;
   for (int r = 0; r < L; ++r) {
     std::vector<float> row = makeRow(vocab, r % kinds, uint32_t(vocab + 31 * r));
+    if (r % kinds == 2 && parts > 1) // whole parts of -inf next to finite ones
+      for (int i = 0; i < vocab * 6 / 10; ++i)
+        row[size_t(i)] = -INFINITY;
     logits.insert(logits.end(), row.begin(), row.end());
   }
-  std::vector<LogitsSummary> got(L);
-  std::memset(static_cast<void *>(got.data()), 0xAB, sizeof(LogitsSummary) * L); // device memory is not zeroed
-  // Fewer blocks than rows: the grid-stride loop reuses the block's shared memory.
-  k.get<SummaryFn>()(logits.data(), reinterpret_cast<unsigned char *>(got.data()), L, 5);
-  for (int r = 0; r < L; ++r) {
-    SCOPED_TRACE("row " + std::to_string(r) + " kind " + std::to_string(r % kinds));
-    LogitsSummary want;
-    llmrt::summarize_logits(logits.data() + size_t(r) * vocab, vocab, &want);
-    const LogitsSummary &g = got[r];
-    EXPECT_EQ(std::memcmp(&g.max, &want.max, sizeof(float)), 0) << g.max << " vs " << want.max;
-    EXPECT_EQ(g.count, want.count);
-    EXPECT_EQ(g.num_valid, want.num_valid);
-    EXPECT_EQ(g.reserved, 0);
-    EXPECT_EQ(std::memcmp(g.ids, want.ids, sizeof(g.ids)), 0) << "first ids " << g.ids[0] << " " << g.ids[1]
-                                                              << " vs " << want.ids[0] << " " << want.ids[1];
-    EXPECT_EQ(std::memcmp(g.logits, want.logits, sizeof(g.logits)), 0);
-    if (std::isnan(want.log_sum))
-      EXPECT_TRUE(std::isnan(g.log_sum)) << g.log_sum;
+  std::vector<unsigned char> work(std::max<uint64_t>(spec->workspaceBytes, 1), 0); // zero-filled once
+  const unsigned split = L <= 32 ? unsigned(parts) : 1u;
+  // Every (row, part) its own block, then fewer blocks than that: the grid-stride loop reuses the
+  // block's shared memory and the merge falls to whichever part finishes last.
+  for (const unsigned grid : {unsigned(L) * split, 5u}) {
+    SCOPED_TRACE("grid " + std::to_string(grid));
+    std::vector<LogitsSummary> got(L);
+    std::memset(static_cast<void *>(got.data()), 0xAB, sizeof(LogitsSummary) * L); // device memory is not zeroed
+    if (parts > 1)
+      k.get<SummaryFn>()(logits.data(), reinterpret_cast<unsigned char *>(got.data()), work.data(), L, grid);
     else
-      EXPECT_NEAR(g.log_sum, want.log_sum, 1e-12 * std::max(1.0, std::fabs(want.log_sum)));
+      k.get<UnsplitFn>()(logits.data(), reinterpret_cast<unsigned char *>(got.data()), L, grid);
+    if (parts > 1) // the counters are reset for the next launch
+      for (int r = 0; r < 32; ++r)
+        EXPECT_EQ(reinterpret_cast<const int *>(work.data())[r], 0) << "counter " << r;
+    for (int r = 0; r < L; ++r) {
+      SCOPED_TRACE("row " + std::to_string(r) + " kind " + std::to_string(r % kinds));
+      LogitsSummary want;
+      llmrt::summarize_logits(logits.data() + size_t(r) * vocab, vocab, &want);
+      const LogitsSummary &g = got[r];
+      EXPECT_EQ(std::memcmp(&g.max, &want.max, sizeof(float)), 0) << g.max << " vs " << want.max;
+      EXPECT_EQ(g.count, want.count);
+      EXPECT_EQ(g.num_valid, want.num_valid);
+      EXPECT_EQ(g.reserved, 0);
+      EXPECT_EQ(std::memcmp(g.ids, want.ids, sizeof(g.ids)), 0) << "first ids " << g.ids[0] << " " << g.ids[1]
+                                                                << " vs " << want.ids[0] << " " << want.ids[1];
+      EXPECT_EQ(std::memcmp(g.logits, want.logits, sizeof(g.logits)), 0);
+      if (std::isnan(want.log_sum))
+        EXPECT_TRUE(std::isnan(g.log_sum)) << g.log_sum;
+      else
+        EXPECT_NEAR(g.log_sum, want.log_sum, 1e-12 * std::max(1.0, std::fabs(want.log_sum)));
+    }
   }
 }
 
 TEST(LogitsSummaryKernel, MatchesTheHostSummary) {
   for (int vocab : {5, 64, 200, 3001})
-    checkVocab(vocab);
+    checkVocab(vocab, 12, 1);
+}
+
+// Parts: 2 of 2049 and 2048 entries; 9 of 2223 (the last shorter), also with more rows than
+// steps split (one block per row then).
+TEST(LogitsSummaryKernel, SplitRowsMatchTheHostSummary) {
+  checkVocab(4097, 12, 2);
+  checkVocab(20000, 12, 9);
+  checkVocab(20000, 33, 9);
 }
 
 TEST(LogitsSummaryKernel, RefusesVocabulariesItCannotIndex) {

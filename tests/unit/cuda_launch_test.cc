@@ -148,6 +148,85 @@ TEST(CudaLaunch, DeviceMemoryPlan) {
   EXPECT_FALSE(plan_device_memory(plan, h200, 0.9, 512, 0).ok());
 }
 
+// The GEMM library's share of device memory: its workspace plus one bf16 copy of the widest
+// input a to_bf16 kernel converts, for max_tokens rows; it comes off the KV cache's budget.
+std::vector<uint8_t> library_plan(bool with_library) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::Value>> values;
+  const int64_t widths[] = {1, 4096, 14336, 99999, 50000};
+  for (int i = 0; i < 5; ++i)
+    values.push_back(fb::CreateValueDirect(b, static_cast<uint32_t>(i), "v", fb::RowKind::Tokens, widths[i],
+                                           fb::DType::F32, 0));
+  const fb::GemmLibrary lt = with_library ? fb::GemmLibrary::CublasLt : fb::GemmLibrary::None;
+  auto step = [&](int in, fb::GemmLibrary library, int input_kernel) {
+    std::vector<int> ins = {in}, outs = {0};
+    return fb::CreateStepDirect(b, fb::OpKind::Linear, &ins, &outs, nullptr, nullptr, 0, "linear", 1, 16, library,
+                                input_kernel);
+  };
+  std::vector<flatbuffers::Offset<fb::Step>> steps = {
+      step(1, lt, 2),                        // bf16: converts 4096 wide
+      step(2, lt, 2),                        // bf16: converts 14336 wide (the widest)
+      step(3, fb::GemmLibrary::None, -1),    // the generated kernels: no copy
+      step(4, lt, -1)};                      // f32 (TF32): read in place, no copy
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {
+      fb::CreateProgramDirect(b, "forward", &values, &steps, 0, 0, 0)};
+  auto progs = b.CreateVector(programs);
+  fb::PlanBuilder pb(b);
+  pb.add_programs(progs);
+  b.Finish(pb.Finish());
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+TEST(CudaLaunch, GemmLibraryMemory) {
+  const uint64_t workspace = uint64_t{32} << 20;
+  auto with = library_plan(true);
+  const fb::Plan& plan = *flatbuffers::GetRoot<fb::Plan>(with.data());
+  EXPECT_EQ(gemm_library_bytes(plan, 512, workspace), workspace + 14336ull * 512 * 2);
+  EXPECT_EQ(gemm_library_bytes(plan, 3, workspace), workspace + (14336ull * 3 * 2 + 255) / 256 * 256);
+  auto without = library_plan(false);
+  EXPECT_EQ(gemm_library_bytes(*flatbuffers::GetRoot<fb::Plan>(without.data()), 512, workspace), 0u);
+  // Library steps that convert nothing (f32 weights) need the workspace only.
+  {
+    flatbuffers::FlatBufferBuilder b;
+    std::vector<flatbuffers::Offset<fb::Value>> values = {
+        fb::CreateValueDirect(b, 0, "x", fb::RowKind::Tokens, 4096, fb::DType::F32, 0)};
+    std::vector<int> io = {0};
+    std::vector<flatbuffers::Offset<fb::Step>> steps = {fb::CreateStepDirect(
+        b, fb::OpKind::Linear, &io, &io, nullptr, nullptr, 0, "linear", 1, 16, fb::GemmLibrary::CublasLt, -1)};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {
+        fb::CreateProgramDirect(b, "forward", &values, &steps, 0, 0, 0)};
+    auto progs = b.CreateVector(programs);
+    fb::PlanBuilder pb(b);
+    pb.add_programs(progs);
+    b.Finish(pb.Finish());
+    EXPECT_EQ(gemm_library_bytes(*flatbuffers::GetRoot<fb::Plan>(b.GetBufferPointer()), 512, workspace), workspace);
+  }
+
+  // In the device memory plan it is a fixed part next to the weights: fewer KV blocks.
+  const DeviceInfo h200{0, "NVIDIA H200", 9, 0, uint64_t{141} << 30};
+  auto bytes = memory_plan(uint64_t{16} << 30);
+  const fb::Plan& mp = *flatbuffers::GetRoot<fb::Plan>(bytes.data());
+  auto plain = plan_device_memory(mp, h200, 0.9, 512, 32);
+  const uint64_t library = uint64_t{3} << 30;  // large enough to cost blocks
+  auto lib = plan_device_memory(mp, h200, 0.9, 512, 32, library);
+  ASSERT_TRUE(plain.ok() && lib.ok());
+  EXPECT_EQ(plain->library, 0u);
+  EXPECT_EQ(lib->library, library);
+  EXPECT_EQ(lib->kv_blocks,
+            static_cast<int64_t>((lib->budget - lib->weights - lib->activations - lib->batch - library) /
+                                 lib->kv_block_bytes));
+  EXPECT_LT(lib->kv_blocks, plain->kv_blocks);
+  EXPECT_EQ(lib->total(), lib->weights + lib->activations + lib->batch + library + lib->kv);
+  EXPECT_LE(lib->total(), lib->budget);
+  // A device it no longer fits: the error names the library's part too.
+  const DeviceInfo small{0, "Small GPU", 8, 6, uint64_t{24} << 30};
+  ASSERT_TRUE(plan_device_memory(mp, small, 0.9, 512, 32).ok());
+  auto no = plan_device_memory(mp, small, 0.9, 512, 32, uint64_t{8} << 30);
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(no.status().message().find("GEMM library 8.00 GiB"), std::string::npos) << no.status().message();
+}
+
 // check_plan refuses kernels whose launch the runtime could not compute.
 std::vector<uint8_t> kernel_plan(const std::string& rule, std::vector<int> block) {
   flatbuffers::FlatBufferBuilder b;

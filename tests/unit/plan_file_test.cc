@@ -193,6 +193,75 @@ TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
   }
 }
 
+TEST(PlanFile, GemmLibraryFieldsAreChecked) {
+  // A one-step program over a plan with four kernels: 0 and 1 of family linear (the step's
+  // kernel and batched kernel), 2 to_bf16, 3 rms_norm. The step names a GEMM library (schema
+  // minor 5) and a library input kernel; each malformed combination is refused naming the step.
+  struct Case {
+    const char* what;
+    fb::OpKind op;
+    int batched;
+    fb::GemmLibrary library;
+    int input;
+    const char* error;  // nullptr: accepted
+  };
+  const fb::GemmLibrary lt = fb::GemmLibrary::CublasLt, none = fb::GemmLibrary::None;
+  const Case cases[] = {
+      {"a bf16 library step", fb::OpKind::Linear, 1, lt, 2, nullptr},
+      {"an f32 library step (no input kernel)", fb::OpKind::Linear, 1, lt, -1, nullptr},
+      {"no library", fb::OpKind::Linear, 1, none, -1, nullptr},
+      {"a library on a logits step", fb::OpKind::Logits, 1, lt, -1, "not a linear with a batched kernel"},
+      {"a library on an rms_norm step", fb::OpKind::RmsNorm, 1, lt, -1, "not a linear with a batched kernel"},
+      {"a library without a batched kernel", fb::OpKind::Linear, -1, lt, -1, "not a linear with a batched kernel"},
+      {"an unknown library", fb::OpKind::Linear, 1, static_cast<fb::GemmLibrary>(2), -1, "unknown GEMM library 2"},
+      {"a negative library", fb::OpKind::Linear, 1, static_cast<fb::GemmLibrary>(-3), -1, "unknown GEMM library -3"},
+      {"an input kernel past the kernels", fb::OpKind::Linear, 1, lt, 4, "library input kernel index out of range"},
+      {"a negative input kernel", fb::OpKind::Linear, 1, lt, -2, "library input kernel index out of range"},
+      {"an input kernel of family rms_norm", fb::OpKind::Linear, 1, lt, 3, "library input kernel is of family 'rms_norm'"},
+      {"an input kernel of family linear", fb::OpKind::Linear, 1, lt, 0, "library input kernel is of family 'linear'"},
+      {"an input kernel without a library", fb::OpKind::Linear, 1, none, 2, "without a library"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Value>> values = {
+        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
+    std::vector<int> io = {0};
+    std::vector<flatbuffers::Offset<fb::Step>> steps = {fb::CreateStepDirect(
+        fbb, c.op, &io, &io, nullptr, nullptr, 0, "step", c.batched, c.batched >= 0 ? 16 : 0, c.library, c.input)};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {
+        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
+    auto progs = fbb.CreateVector(programs);
+    std::vector<int> block = {128, 1, 1};
+    std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
+    for (const char* family : {"linear", "linear", "to_bf16", "rms_norm"})
+      kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
+                                               nullptr));
+    auto kernels_off = fbb.CreateVector(kernels);
+    fb::PlanBuilder pb(fbb);
+    pb.add_schema_major(kSchemaMajor);
+    pb.add_schema_minor(kSchemaMinor);
+    pb.add_cpu_kernel_abi(kCpuKernelAbi);
+    pb.add_programs(progs);
+    pb.add_kernels(kernels_off);
+    fb::FinishPlanBuffer(fbb, pb.Finish());
+    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    if (!c.error) {
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      const fb::Step* st = (*plan)->program("forward")->steps()->Get(0);
+      EXPECT_EQ(st->gemm_library(), c.library);
+      EXPECT_EQ(st->library_input_kernel(), c.input);
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
+      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
+      EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos)
+          << plan.status().message();
+    }
+  }
+}
+
 TEST(PlanFile, TruncationsAndFlipsNeverCrash) {
   auto spec = make_tiny_plan(TinyPlanConfig{});
   std::string path = temp_path("fuzz");

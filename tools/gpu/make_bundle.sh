@@ -29,11 +29,12 @@ TINY=$ROOT/tests/fixtures/tiny/llama
 QUANT=$ROOT/tests/fixtures/quant
 compile() { "$LLMC" compile -q "$@"; }
 # Small plans for the differential checks (every CUDA op against the CPU backend): on the f32
-# CUDA-core path (--no-tensor-cores; tolerance 1e-3), and two on the tensor cores (*_tc: TF32
-# prefill, tolerance 5e-3).
+# CUDA-core path (--no-tensor-cores; tolerance 1e-3), on the tensor cores (*_tc: TF32 prefill and
+# tiled attention, tolerance 5e-3) and with bf16 weights through cuBLASLt (*_bf16lib).
 compile "$TINY" -o "$OUT/plans/tiny_llama_tc.fb" --target "$TARGET"
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_tc.fb" --target "$TARGET" \
   --weight-layout cuda-mma --cpu-kernels reference
+compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16lib.fb" --target "$TARGET" --weight-dtype bf16
 compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
@@ -50,6 +51,34 @@ compile "$TINY" -o "$OUT/plans/tiny_llama_int8_mma.fb" --target "$TARGET" --weig
   --quantize int8 --cpu-kernels reference
 compile "$ROOT/tests/fixtures/tiny/mistral_swa" -o "$OUT/plans/tiny_mistral_swa_kv8.fb" --target "$TARGET" \
   --kv-cache-dtype int8
+# The tiny llama with a byte-level tokenizer (256 byte tokens, a few merges; written here), for
+# `llmrt serve`, which needs one.
+TOK=$(mktemp -d)
+cp "$TINY/config.json" "$TINY/model.safetensors" "$TOK/"
+python3 - "$TOK/tokenizer.json" <<'PY'
+import json, sys
+# GPT-2's byte-to-character table: printable bytes map to themselves, the rest to 256 + n.
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+chars = [chr(c) for _, c in sorted(zip(bs, cs))]
+vocab = {ch: i for i, ch in enumerate(chars)}
+merges = [["t", "h"], ["th", "e"], ["\u0120", "t"], ["i", "n"], ["e", "r"]]
+for a, b in merges:
+    vocab[a + b] = len(vocab)
+tok = {"version": "1.0", "added_tokens": [], "normalizer": None,
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+       "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                           "use_regex": True},
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                 "vocab": vocab, "merges": [" ".join(m) for m in merges]}}
+json.dump(tok, open(sys.argv[1], "w"))
+PY
+compile "$TOK" -o "$OUT/plans/tiny_llama_f32_tok.fb" --target "$TARGET"
+rm -rf "$TOK"
 compile() { "$LLMC" compile -q "$@"; }
 # Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like: embedding and lm_head stay
 # bf16) and dense bf16.
@@ -69,7 +98,62 @@ cp "$ROOT/tests/gpu/long_context_config.json" "$CFG/config.json"
 compile --synthetic-weights 2 "$CFG" -o "$OUT/plans/long_context_f32.fb" --target "$TARGET" --no-tensor-cores
 # The same on the tensor cores: long prompts prefilled in steps of 512 rows take the tiled attention.
 compile --synthetic-weights 2 "$CFG" -o "$OUT/plans/long_context_tc.fb" --target "$TARGET"
+# A 32768-token vocabulary: decode steps summarize each logits row in 16 parts, a block each.
+cp "$ROOT/tests/gpu/wide_vocab_config.json" "$CFG/config.json"
+compile --synthetic-weights 3 "$CFG" -o "$OUT/plans/wide_vocab_f32.fb" --target "$TARGET" --no-tensor-cores
 rm -rf "$CFG"
+
+# The CPU side of the differential checks, computed here (the GPU machine runs only the CUDA side).
+R=$OUT/ref
+mkdir -p "$R"
+LLMRT=$BUILD/tools/llmrt
+PROMPT24="1,5,9,13,2,7,11,3,8,4,6,10,12,14,15,16,17,18,19,20,21,22,23,24"
+# 80 tokens: the prefill (one step of 80 rows) runs the tensor-core GEMM and the tiled attention.
+PROMPT80="$PROMPT24,$(python3 -c "print(','.join(str((7 * i + 3) % 100 + 1) for i in range(56)))")"
+echo "$PROMPT80" > "$R/prompt80.ids"
+: > "$R/cases.txt"
+# case NAME PLAN TOL PROMPT [GPU-only flags]: CPU logits at every prompt position and 24 greedy tokens.
+case_ref() {
+  local name=$1 plan=$2 tol=$3 prompt=$4
+  shift 4
+  echo "--prompt-ids $prompt --max-tokens 24 --temperature 0 --ignore-eos --cpu-kernels reference" > "$R/$name.args"
+  "$LLMRT" run "$OUT/plans/$plan.fb" --device cpu $(cat "$R/$name.args") --all-logits-out "$R/$name.cpu.npy" --json \
+    > "$R/$name.cpu.gen.json"
+  echo "$name $plan $tol $*" >> "$R/cases.txt"
+}
+for plan in tiny_llama_f32 tiny_llama3_rope_f32 gptq4_desc_act_mma gptq8_mma awq4_mma tiny_qwen2_bf16 \
+            tiny_llama_int8_mma tiny_mistral_swa_kv8; do
+  case_ref "$plan" "$plan" 1e-3 "$PROMPT24"
+done
+case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
+case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
+case_ref tiny_llama_tc_nographs tiny_llama_tc 5e-3 "$PROMPT80" --no-cuda-graphs
+case_ref gptq4_desc_act_mma_tc gptq4_desc_act_mma_tc 5e-3 "$PROMPT80"
+case_ref tiny_qwen2_bf16lib tiny_qwen2_bf16lib 2e-2 "$PROMPT80"
+case_ref tiny_qwen2_bf16lib_generated tiny_qwen2_bf16lib 5e-3 "$PROMPT80" --no-gemm-library
+# Three prompts in one step (3, 24 and 80 tokens), then decoding together.
+batch_ref() {  # NAME PLAN TOL
+  echo "$2" > "$R/$1.plan"
+  echo "$3" > "$R/$1.tol"
+  echo "--prompt-ids 3,1,4 --prompt-ids $PROMPT24 --prompt-ids $PROMPT80 --max-tokens 16 --temperature 0 --ignore-eos" \
+    "--cpu-kernels reference" > "$R/$1.args"
+  "$LLMRT" run "$OUT/plans/$2.fb" --device cpu $(cat "$R/$1.args") --logits-out "$R/$1.cpu.npy" --json \
+    > "$R/$1.cpu.gen.json"
+}
+batch_ref batch3_f32 tiny_llama_f32 1e-3
+batch_ref batch3_tc tiny_llama_tc 5e-3
+batch_ref batch3_wide_vocab wide_vocab_f32 1e-3
+# 1500 tokens on the long-context model (one CPU reference for both GPU plans: the CPU ignores
+# tensor cores, and its results do not depend on the step size).
+python3 -c "print(','.join(str((37 * i + 11) % 1000 + 3) for i in range(1500)))" > "$R/long.ids"
+"$LLMRT" run "$OUT/plans/long_context_f32.fb" --device cpu --prompt-ids "$(cat "$R/long.ids")" --step-tokens 512 \
+  --max-tokens 16 --temperature 0 --ignore-eos --all-logits-out "$R/long.cpu.npy" --json > "$R/long.cpu.gen.json"
+# The serve check's expected texts: the same requests against `llmrt serve` on the CPU.
+"$LLMRT" serve "$OUT/plans/tiny_llama_f32_tok.fb" --device cpu --port 18086 --max-num-seqs 8 2> "$R/serve_cpu.log" &
+SERVE=$!
+python3 "$ROOT/tools/gpu/serve_check.py" --url http://127.0.0.1:18086 --record "$R/serve_expected.json"
+kill -TERM $SERVE; wait $SERVE || true
+
 cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
-   "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"
+   "$ROOT/tools/gpu/serve_check.py" "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"
 du -sh "$OUT"

@@ -1,159 +1,294 @@
 #!/usr/bin/env bash
 # The GPU check, run from the repository root on a machine with an NVIDIA GPU, after
-# tools/gpu/make_bundle.sh prepared gpu-bundle/ (a prebuilt llmrt with its libraries and small
-# plans; the device needs no toolchain and no network). One run, well inside 10 minutes:
-#   1. llmrt devices: driver, device, the image every kernel loads, the memory plan;
-#   2. the differential check: every plan's logits at every prompt position on the GPU against
-#      the CPU backend (reference contract), tolerance 1e-3 of the largest |logit|, and greedy
-#      continuations compared token by token;
-#   3. llmrt bench --device cuda on Llama-3-8B shapes (int4-g128 and bf16), decode at batch 1 and
-#      32, next to the bandwidth bound (weight bytes read per token / device read bandwidth
-#      measured here) and Hugging Face transformers (eager; compiled with a static cache) when
-#      PyTorch is installed.
-# Results go to $OUT (default ./gpu-results): results.md plus every raw JSON. Without a GPU every
-# part says it skipped and why, and the script exits 0.
+# tools/gpu/make_bundle.sh prepared gpu-bundle/ (a prebuilt llmrt with its libraries, small plans
+# and the CPU backend's reference outputs for them; the device needs no toolchain and no network).
 #
-#   bash gpu-bundle/run_checks.sh            (OUT=/some/dir to choose where results go)
+# Stages, in order of importance; each runs only if the time budget still holds it, else it says
+# it skipped and why:
+#   env        nvidia-smi, `llmrt devices` (driver, device, the image every kernel loads, memory)
+#   diff       every small plan's logits at every prompt position on the GPU against the CPU
+#              backend (reference contract, computed by make_bundle.sh), tolerance a fraction of
+#              max |logit| per plan; greedy continuations compared token by token; a batch of 3
+#              prompts of different lengths in one step
+#   long       1500-token prompts in steps of 16 (split attention) and 512 (tiled attention)
+#   bandwidth  device read bandwidth (a 4 GiB device-to-device copy through PyTorch)
+#   bench      llmrt bench on Llama-3-8B shapes (int4-g128, bf16): prefill 512/2048, decode at
+#              batch 1 and 32, next to the bandwidth bound (weight bytes per token / bandwidth)
+#   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
+#   graphs     batch-1 decode without CUDA graphs (what graphs save)
+#   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
+#   prefill    prefill without tensor cores, with per-row attention, bf16 without cuBLASLt
+#   depth      batch-1 decode after a 3968-token prompt (flash-decoding)
+#   serve      llmrt serve --device cuda under 12 concurrent requests
+#   sanitizer  compute-sanitizer memcheck / racecheck on small plans
+#   hfcompiled transformers under torch.compile with a static cache
+# Results: $OUT/results.md (a table of every figure) and $OUT/raw.tgz (logs and JSON).
+#
+#   bash gpu-bundle/run_checks.sh
+#   CHECK_BUDGET_S=300 CHECKS="diff bench" bash gpu-bundle/run_checks.sh   (a budget, some stages)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=$(pwd)/gpu-bundle
 OUT=${OUT:-$(pwd)/gpu-results}
-mkdir -p "$OUT"
+RAW=${RAW:-/tmp/llmc-gpu-raw}
+BUDGET=${CHECK_BUDGET_S:-540}
+ONLY=" ${CHECKS:-all} "
+mkdir -p "$OUT" "$RAW"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
 LLMRT="$B/bin/llmrt"
 MD="$OUT/results.md"
 : > "$MD"
-say() { echo "$*" | tee -a "$MD"; }
+T0=$SECONDS
 status=0
+say() { echo "$*" | tee -a "$MD"; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+# stage NAME SECONDS: whether NAME is selected and about SECONDS of the budget are left for it.
+stage() {
+  case $ONLY in *" all "* | *" $1 "*) ;; *) return 1 ;; esac
+  if [ "$(left)" -lt "$2" ]; then
+    say "SKIPPED $1: $(left) s of the ${BUDGET} s budget left, it needs about $2 s"
+    return 1
+  fi
+  say ""
+  say "## $1 (at $((SECONDS - T0)) s)"
+}
+# limit SECONDS CMD...: CMD under a timeout that never passes the budget.
+limit() {
+  local t=$1 l
+  shift
+  l=$(left)
+  [ "$l" -lt "$t" ] && t=$l
+  [ "$t" -lt 5 ] && t=5
+  timeout -k 5 "$t" "$@"
+}
+fence() { say '```'; tee -a "$MD" < "$1" > /dev/null; say '```'; }
+finish() {
+  say ""
+  say "total $((SECONDS - T0)) s; status $status"
+  tar -C "$RAW" -czf "$OUT/raw.tgz" --exclude='*.npy' . 2>/dev/null
+  exit $status
+}
 
 say "# llmc GPU check ($(date -u +%FT%TZ))"
-say '```'
-(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || echo "nvidia-smi: none") | tee -a "$MD"
-"$LLMRT" devices "$B/plans/llama3_8b_int4_g128.fb" 2>&1 | tee -a "$MD"
-say '```'
+if stage env 5; then
+  say '```'
+  (nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 || echo "nvidia-smi: none") \
+    | tee -a "$MD"
+  limit 60 "$LLMRT" devices "$B/plans/llama3_8b_int4_g128.fb" 2>&1 | tee -a "$MD"
+  say '```'
+fi
 if ! "$LLMRT" devices 2>/dev/null | grep -q "^CUDA driver"; then
   say "SKIPPED: no CUDA driver or device on this machine; the GPU checks did not run."
-  exit 0
+  finish
 fi
 
-say "## Differential check: CUDA vs CPU logits (tolerance 1e-3 x max|logit|; *_tc plans, TF32 tensor cores: 5e-3)"
-PROMPT24="1,5,9,13,2,7,11,3,8,4,6,10,12,14,15,16,17,18,19,20,21,22,23,24"
-# *_tc plans: 80 tokens, so that the prefill (one step of 80 rows) runs the tiled attention too.
-PROMPT80="$PROMPT24,$(python3 -c "print(','.join(str((7 * i + 3) % 100 + 1) for i in range(56)))")"
-for plan in "$B"/plans/tiny_*.fb "$B"/plans/gptq*.fb "$B"/plans/awq*.fb; do
-  name=$(basename "$plan" .fb)
-  tol=1e-3 PROMPT=$PROMPT24
-  case $name in *_tc) tol=5e-3 PROMPT=$PROMPT80 ;; esac  # TF32 tensor-core prefill
-  ok=1
-  for dev in cpu cuda; do
-    timeout 120 "$LLMRT" run "$plan" --device "$dev" --cpu-kernels reference --prompt-ids "$PROMPT" \
-      --max-tokens 0 --all-logits-out "$OUT/$name.$dev.npy" > "$OUT/$name.$dev.log" 2>&1 || ok=0
-    timeout 120 "$LLMRT" run "$plan" --device "$dev" --cpu-kernels reference --prompt-ids "$PROMPT" \
-      --max-tokens 24 --temperature 0 --ignore-eos --json > "$OUT/$name.$dev.gen.json" 2>> "$OUT/$name.$dev.log" || ok=0
-  done
-  if [ $ok = 1 ]; then
-    python3 "$B/compare_logits.py" "$OUT/$name.cpu.npy" "$OUT/$name.cuda.npy" \
-      "$OUT/$name.cpu.gen.json" "$OUT/$name.cuda.gen.json" --name "$name" --tol "$tol" | tee -a "$MD" || status=1
-  else
-    say "$name: FAILED to run (see $name.*.log)"; tail -3 "$OUT/$name.cuda.log" | tee -a "$MD"; status=1
-  fi
-done
-
-# Long contexts: 1500 prompt tokens on the GPU against the CPU, prefilled STEP rows at a time.
-LONG=$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 3) for i in range(1500)))")
-long_check() {  # plan step tolerance
-  local name=$1 step=$2 tol=$3 ok=1
-  for dev in cpu cuda; do
-    timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens "$step" \
-      --max-tokens 0 --all-logits-out "$OUT/$name.$dev.npy" > "$OUT/$name.$dev.log" 2>&1 || ok=0
-    timeout 200 "$LLMRT" run "$B/plans/$name.fb" --device "$dev" --prompt-ids "$LONG" --step-tokens "$step" \
-      --max-tokens 16 --temperature 0 --ignore-eos --json > "$OUT/$name.$dev.gen.json" 2>> "$OUT/$name.$dev.log" || ok=0
-  done
-  if [ $ok = 1 ]; then
-    python3 "$B/compare_logits.py" "$OUT/$name.cpu.npy" "$OUT/$name.cuda.npy" \
-      "$OUT/$name.cpu.gen.json" "$OUT/$name.cuda.gen.json" --name "$name (1500 tokens, steps of $step)" --tol "$tol" \
-      | tee -a "$MD" || status=1
-  else
-    say "$name: FAILED to run (see $name.*.log)"; tail -3 "$OUT/$name.cuda.log" | tee -a "$MD"; status=1
-  fi
+# compare NAME TOL [REF]: the GPU outputs in $RAW against the bundle's CPU ones (ref/REF.cpu.*,
+# REF defaulting to NAME).
+compare() {
+  local name=$1 tol=$2 ref=${3:-$1}
+  python3 "$B/compare_logits.py" "$B/ref/$ref.cpu.npy" "$RAW/$name.cuda.npy" \
+    "$B/ref/$ref.cpu.gen.json" "$RAW/$name.cuda.gen.json" --name "$name" --tol "$tol" | tee -a "$MD" \
+    || status=1
 }
-# Steps of 16 rows: attention splits each row's positions over blocks (up to 6 chunks) and
-# combines them (flash-decoding).
-long_check long_context_f32 16 1e-3
-# Steps of 512 rows on the tensor cores: the tiled (FlashAttention-style) prefill attention over
-# up to 1024 cached positions, then decode on the per-row kernel.
-long_check long_context_tc 512 5e-3
+# gpu_run NAME PLAN ARGS...: the GPU side of a differential check (the CPU side ran in make_bundle.sh).
+gpu_run() {
+  local name=$1 plan=$2
+  shift 2
+  if ! limit 120 "$LLMRT" run "$B/plans/$plan.fb" --device cuda --all-logits-out "$RAW/$name.cuda.npy" --json "$@" \
+      > "$RAW/$name.cuda.gen.json" 2> "$RAW/$name.cuda.log"; then
+    say "$name: FAIL: llmrt run --device cuda exited non-zero:"
+    tail -5 "$RAW/$name.cuda.log" | tee -a "$MD"
+    status=1
+    return 1
+  fi
+  [ -s "$RAW/$name.cuda.log" ] && sed 's/^/    /' "$RAW/$name.cuda.log" | head -5 | tee -a "$MD"
+  return 0
+}
 
-say "## Decode speed, Llama-3-8B shapes (synthetic weights)"
-BW=$(python3 - <<'PY' 2>/dev/null
+if stage diff 40; then
+  say "Differential check: CUDA vs CPU logits at every prompt position (fail above tol x max|logit|), 24 greedy tokens."
+  say "f32 plans (--no-tensor-cores): tol 1e-3; *_tc (TF32 tensor cores, tiled attention, 80-token prompt): 5e-3;"
+  say "*_bf16lib (bf16 weights through cuBLASLt, bf16 activations): 2e-2."
+  while read -r name plan tol args; do
+    [ -f "$B/ref/$name.cpu.npy" ] || continue
+    # shellcheck disable=SC2086
+    gpu_run "$name" "$plan" $(cat "$B/ref/$name.args") $args && compare "$name" "$tol"
+  done < "$B/ref/cases.txt"
+  # A batch of 3 prompts of different lengths in one step (mixed rows), then decoding together
+  # (the padded graph of batch 4): last-prompt logits and greedy tokens.
+  for name in batch3_f32 batch3_tc batch3_wide_vocab; do  # shellcheck disable=SC2046
+    [ -f "$B/ref/$name.cpu.npy" ] || continue
+    plan=$(cat "$B/ref/$name.plan")
+    # shellcheck disable=SC2046
+    if limit 120 "$LLMRT" run "$B/plans/$plan.fb" --device cuda --logits-out "$RAW/$name.cuda.npy" --json \
+        $(cat "$B/ref/$name.args") > "$RAW/$name.cuda.gen.json" 2> "$RAW/$name.cuda.log"; then
+      compare "$name" "$(cat "$B/ref/$name.tol")"
+    else
+      say "$name: FAIL: llmrt run exited non-zero"; tail -5 "$RAW/$name.cuda.log" | tee -a "$MD"; status=1
+    fi
+  done
+fi
+
+if stage long 30; then
+  say "1500-token prompts, CUDA vs CPU logits at every position: steps of 16 rows (attention split over blocks, tol 1e-3),"
+  say "steps of 512 rows on the tensor cores (tiled attention over up to 1024 cached positions, tol 5e-3)."
+  for spec in "long_context_f32 16 1e-3" "long_context_tc 512 5e-3"; do
+    read -r name step tol <<< "$spec"
+    gpu_run "$name" "$name" --prompt-ids "$(cat "$B/ref/long.ids")" --step-tokens "$step" --max-tokens 16 \
+      --temperature 0 --ignore-eos && compare "$name" "$tol" long
+  done
+fi
+
+BW=0
+if stage bandwidth 20; then
+  # Read bandwidth, the bound's denominator: a sum over 4 GiB (reads every byte once, writes
+  # nothing), and for reference a 4 GiB copy (bytes read + written over its time).
+  limit 60 python3 - > "$RAW/bandwidth.txt" 2> "$RAW/bandwidth.log" <<'PY'
 import torch
-x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+def timed(f, reps=10):
+    for _ in range(3): f()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps): f()
+    e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3 / reps
+x = torch.randint(-2**31, 2**31 - 1, (1 << 30,), dtype=torch.int32, device="cuda")  # 4 GiB
 y = torch.empty_like(x)
-for _ in range(3): y.copy_(x)
-torch.cuda.synchronize()
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-s.record()
-for _ in range(10): y.copy_(x)
-e.record(); torch.cuda.synchronize()
-# a copy reads and writes every byte: read bandwidth = bytes / (time / 2)
-print(f"{x.numel() * 10 * 2 / (s.elapsed_time(e) / 1e3) / 1e9:.1f}")
+read = x.numel() * 4 / timed(lambda: x.sum(dtype=torch.int64)) / 1e9
+copy = x.numel() * 4 * 2 / timed(lambda: y.copy_(x)) / 1e9
+print(f"{read:.0f} {copy:.0f}")
 PY
-)
-say "device copy bandwidth (read+write, torch): ${BW:-unknown (no PyTorch)} GB/s"
-for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
-  timeout 400 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512 --tg 64 --batch 32 -r 2 \
-    --json-out "$OUT/$plan.bench.json" > "$OUT/$plan.bench.txt" 2>&1 || { say "$plan: bench FAILED"; status=1; }
-  say '```'; cat "$OUT/$plan.bench.txt" | tee -a "$MD" > /dev/null; say '```'
-  # The same decode at batch 1 launched kernel by kernel: what the CUDA graphs save.
-  timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 0 --tg 64 --batch 0 -r 2 --no-cuda-graphs \
-    > "$OUT/$plan.eager.txt" 2>&1 || say "$plan: eager bench FAILED"
-  say "without CUDA graphs:"; say '```'; cat "$OUT/$plan.eager.txt" | tee -a "$MD" > /dev/null; say '```'
-  "$LLMRT" inspect "$B/plans/$plan.fb" --json > "$OUT/$plan.inspect.json" 2>/dev/null
-  python3 - "$OUT/$plan.inspect.json" "$OUT/$plan.bench.json" "${BW:-0}" <<'PY' | tee -a "$MD"
+  read -r BW COPY < "$RAW/bandwidth.txt" || true
+  BW=${BW:-0}
+  say "device read bandwidth (torch.sum over 4 GiB of int32): $BW GB/s; a 4 GiB copy moves ${COPY:-?} GB/s (read + written)"
+fi
+
+# bound PLAN: decode tok/s next to the bandwidth bound, from the bench JSON.
+bound() {
+  "$LLMRT" inspect "$B/plans/$1.fb" --json > "$RAW/$1.inspect.json" 2>/dev/null
+  python3 - "$RAW/$1.inspect.json" "$RAW/$1.bench.json" "$BW" <<'PY' | tee -a "$MD"
 import json, sys
 ins, bench, bw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
 total = ins["tensors"]["bytes"]
 vocab, hidden = ins["model"]["vocab_size"], ins["model"]["hidden_size"]
-per_token = total - vocab * hidden * 2  # a decode step reads one row of the (bf16) embedding table
+table = vocab * hidden * 2  # a decode step reads one row of the (bf16) embedding table, not all of it
+per_token = total - table
 prog = ins["program"]
-print(f"kernels per decode step: {prog['steps'] + int(prog.get('logits_summary_on_gpu', False))} "
-      f"({', '.join(f'{k} {v}' for k, v in sorted(prog['ops'].items()))})")
+print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per decode step: "
+      f"{prog['steps'] + int(prog.get('logits_summary_on_gpu', False))}")
 for t in bench["tests"]:
-    if t["kind"] not in ("tg", "batch"):  # decode at batch 1, batched decode
-        continue
-    line = f"{t['name']} batch {t['batch']}: {t['tokens_per_s']:.1f} tok/s"
-    if bw > 0 and t["batch"] == 1:
-        bound = bw / 2 * 1e9 / per_token  # copy bandwidth / 2 ~ read bandwidth
-        line += f"; bound {bound:.1f} tok/s ({per_token / 1e9:.2f} GB/token): {100 * t['tokens_per_s'] / bound:.0f}%"
+    line = f"  {t['name']}: {t['tokens_per_s']:.1f} tok/s"
+    if bw > 0 and t["kind"] == "tg":
+        bound = bw * 1e9 / per_token
+        line += f"; bound {bound:.1f} tok/s: {100 * t['tokens_per_s'] / bound:.1f}% of it"
+    if bw > 0 and t["kind"] == "batch":
+        steps = t["tokens_per_s"] / t["batch"]
+        line += f" ({steps:.1f} steps/s, weights read at {steps * per_token / 1e9:.0f} GB/s)"
     print(line)
 PY
-done
-say "prefill of 512 and 2048 tokens, int4-g128, with tensor-core kernels (TF32 linear tiles, tiled attention) and without (--no-tensor-cores: f32 CUDA-core GEMV, per-row attention):"
-for plan in llama3_8b_int4_g128 llama3_8b_int4_g128_notc; do
-  for pp in 512 2048; do
-    timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp "$pp" --tg 0 --batch 0 -r 2 \
-      > "$OUT/$plan.pp$pp.txt" 2>&1 || say "$plan pp$pp bench FAILED"
-    say "$plan:"; say '```'; cat "$OUT/$plan.pp$pp.txt" | tee -a "$MD" > /dev/null; say '```'
+}
+
+if stage bench 90; then
+  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+    if limit 150 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512,2048 --tg 64 --batch 32 -r 2 \
+        --json-out "$RAW/$plan.bench.json" > "$RAW/$plan.bench.txt" 2>&1; then
+      say "$plan:"; fence "$RAW/$plan.bench.txt"; bound "$plan"
+    else
+      say "$plan: bench FAILED"; tail -5 "$RAW/$plan.bench.txt" | tee -a "$MD"; status=1
+    fi
   done
-done
-say "prefill of 2048 tokens, int4-g128, paged attention on the per-row kernel (--no-tiled-attention; the tiled kernel's win, next to the pp2048 above):"
-timeout 200 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128.fb" --device cuda --pp 2048 --tg 0 --batch 0 -r 2 --no-tiled-attention \
-  > "$OUT/llama3_8b_int4_g128.pp2048_per_row.txt" 2>&1 || say "per-row attention bench FAILED"
-say '```'; cat "$OUT/llama3_8b_int4_g128.pp2048_per_row.txt" | tee -a "$MD" > /dev/null; say '```'
-say "device time per kernel (CUDA events, launched one by one), int4-g128 and bf16: prefill of 512, decode at batch 1:"
-for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
-  timeout 200 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 512 --tg 32 --batch 0 -r 1 --profile \
-    > "$OUT/$plan.profile.txt" 2>&1 || say "$plan profile FAILED"
-  say "$plan:"; say '```'; cat "$OUT/$plan.profile.txt" | tee -a "$MD" > /dev/null; say '```'
-done
-say "decode at batch 1 after a 3968-token prompt (int4-g128; attention split over blocks, flash-decoding):"
-timeout 300 "$LLMRT" bench "$B/plans/llama3_8b_int4_g128.fb" --device cuda --pp 0 --tg 64 --batch 0 --depth 3968 -r 2 \
-  > "$OUT/llama3_8b_int4_g128_depth.txt" 2>&1 || say "depth bench FAILED"
-say '```'; cat "$OUT/llama3_8b_int4_g128_depth.txt" | tee -a "$MD" > /dev/null; say '```'
-if python3 -c "import torch, transformers" 2>/dev/null; then
-  timeout 500 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 \
-    --json "$OUT/hf_decode.json" 2>&1 | tee -a "$MD" || say "transformers bench FAILED"
-else
-  say "SKIPPED: transformers comparison (PyTorch/transformers not installed)"
 fi
-exit $status
+
+if stage hf 80; then
+  if python3 -c "import torch, transformers" 2>/dev/null; then
+    limit 200 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes eager \
+      --json "$RAW/hf_eager.json" 2>&1 | grep -v Warning | tee -a "$MD" || say "transformers eager bench FAILED"
+  else
+    say "SKIPPED hf: PyTorch/transformers not installed"
+  fi
+fi
+
+# A bench of one plan with extra flags, its table into the results.
+bench_case() {  # TITLE PLAN SECONDS ARGS...
+  local title=$1 plan=$2 t=$3
+  shift 3
+  say "$title"
+  if limit "$t" "$LLMRT" bench "$B/plans/$plan.fb" --device cuda "$@" > "$RAW/$plan.$(echo "$*" | tr -c 'a-z0-9' _).txt" 2>&1
+  then fence "$RAW/$plan.$(echo "$*" | tr -c 'a-z0-9' _).txt"
+  else say "FAILED:"; tail -5 "$RAW/$plan.$(echo "$*" | tr -c 'a-z0-9' _).txt" | tee -a "$MD"; status=1
+  fi
+}
+
+if stage graphs 50; then
+  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+    bench_case "$plan, batch-1 decode launched kernel by kernel (--no-cuda-graphs):" "$plan" 100 \
+      --pp 0 --tg 64 --batch 0 -r 2 --no-cuda-graphs
+  done
+fi
+
+if stage profile 50; then
+  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+    bench_case "$plan, device time per kernel (CUDA events, launched one by one), prefill 512 and batch-1 decode:" \
+      "$plan" 100 --pp "${PROFILE_PP:-512}" --tg 32 --batch 0 -r 1 --profile
+  done
+fi
+
+if stage prefill 60; then
+  bench_case "int4-g128 without tensor-core kernels (--no-tensor-cores plan: f32 CUDA-core GEMV, per-row attention):" \
+    llama3_8b_int4_g128_notc 100 --pp 512,2048 --tg 0 --batch 0 -r 2
+  bench_case "int4-g128 on the CUDA-core GEMV at every row count (--no-tensor-core-linear; tiled attention kept):" \
+    llama3_8b_int4_g128 100 --pp 512,2048 --tg 32 --batch 16,32 -r 2 --no-tensor-core-linear
+  bench_case "int4-g128, paged attention on the per-row kernel (--no-tiled-attention):" \
+    llama3_8b_int4_g128 100 --pp 2048 --tg 0 --batch 0 -r 2 --no-tiled-attention
+  bench_case "bf16 on the generated TF32 tensor-core GEMM instead of cuBLASLt (--no-gemm-library):" \
+    llama3_8b_bf16 100 --pp 512,2048 --tg 32 --batch 32 -r 2 --no-gemm-library
+fi
+
+if stage depth 40; then
+  bench_case "int4-g128, batch-1 decode after a 3968-token prompt (attention split over blocks):" \
+    llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 0 --depth 3968 -r 2
+fi
+
+if stage serve 40; then
+  say "llmrt serve --device cuda, tiny_llama_f32_tok: 12 concurrent completions (prompts of 3 to 90 token ids, greedy),"
+  say "each compared with llmrt run on the CPU (make_bundle.sh)."
+  "$LLMRT" serve "$B/plans/tiny_llama_f32_tok.fb" --device cuda --port 18087 --max-num-seqs 8 > "$RAW/serve.log" 2>&1 &
+  SERVE=$!
+  limit 60 python3 "$B/serve_check.py" --url http://127.0.0.1:18087 --expected "$B/ref/serve_expected.json" \
+    2>&1 | tee -a "$MD" || status=1
+  kill -TERM $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
+  tail -3 "$RAW/serve.log" | sed 's/^/    /' | tee -a "$MD"
+fi
+
+if stage sanitizer 60; then
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -z "$CS" ]; then
+    say "SKIPPED sanitizer: compute-sanitizer not found"
+  else
+    for spec in "memcheck tiny_llama_tc" "memcheck tiny_mistral_swa_kv8" "memcheck gptq4_desc_act_mma_tc" \
+                "racecheck tiny_llama_tc" "memcheck tiny_qwen2_bf16lib" "memcheck wide_vocab_f32" \
+                "racecheck wide_vocab_f32"; do
+      read -r tool plan <<< "$spec"
+      [ -f "$B/plans/$plan.fb" ] || continue
+      # shellcheck disable=SC2046
+      if limit 90 "$CS" --tool "$tool" --error-exitcode 9 "$LLMRT" run "$B/plans/$plan.fb" --device cuda \
+          --prompt-ids "$(cat "$B/ref/prompt80.ids")" --max-tokens 8 --temperature 0 --ignore-eos --json \
+          > "$RAW/sanitizer.$tool.$plan.log" 2>&1; then
+        say "$tool $plan: PASS ($(grep -m1 'ERROR SUMMARY' "$RAW/sanitizer.$tool.$plan.log" | sed 's/=* *//'))"
+      else
+        say "$tool $plan: FAIL"; grep -m8 -E 'Invalid|ERROR|Race|hazard|error' "$RAW/sanitizer.$tool.$plan.log" | tee -a "$MD"
+        status=1
+      fi
+    done
+  fi
+fi
+
+if stage hfcompiled 150; then
+  if python3 -c "import torch, transformers" 2>/dev/null; then
+    limit 400 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes compiled \
+      --json "$RAW/hf_compiled.json" 2>&1 | grep -v Warning | tail -4 | tee -a "$MD" || say "transformers compiled bench FAILED"
+  fi
+fi
+finish
