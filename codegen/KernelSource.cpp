@@ -132,8 +132,16 @@ __device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const
 
 namespace {
 constexpr const char *kFloatConversions = R"cuda(namespace {
-// IEEE half -> float, exact (no cuda_fp16.h: sources are self-contained).
+// IEEE half -> float, exact (no cuda_fp16.h: sources are self-contained): the conversion
+// instruction on the GPU (the bit-level form, which ptxas kept as ~12 instructions and two
+// branches, made every f16 scale of a quantized GEMV cost as much as its 8 weights), the same
+// mapping spelled out for the host emulation.
 __device__ __forceinline__ float halfToFloat(unsigned h) {
+#ifndef LLMC_HOST_EMULATION
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+  return f;
+#else
   const unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu,
                  man = h & 0x3ffu;
   if (exp == 0) {
@@ -143,6 +151,7 @@ __device__ __forceinline__ float halfToFloat(unsigned h) {
   if (exp == 31)
     return __uint_as_float(sign | 0x7f800000u | (man << 13));
   return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
+#endif
 }
 __device__ __forceinline__ float bf16ToFloat(unsigned h) {
   return __uint_as_float(h << 16);

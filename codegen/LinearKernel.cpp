@@ -5,12 +5,15 @@
 //
 //   * quantized weights in the cuda_mma_n8 layout (runtime/quant/
 //     quant_format.h): an item is one tile of 8 output rows times a chunk of
-//     kTokens activation rows. Lane L owns row n = L / 4 of the tile and the
-//     fragment elements k = 16 s + 2 (L % 4) + {0, 1, 8, 9} of every
-//     sub-block, i.e. exactly the bytes the layout gives it: per 128-element
-//     span one contiguous run of m * W bytes (16 for int4). It dequantizes
-//     its codes in registers (f32), multiplies them with the activations and
-//     the four lanes of a row finish the sum with two xor shuffles.
+//     kTokens activation rows, one block whose warps split K by 128-element
+//     spans. Lane L owns row n = L / 4 of the tile and the fragment elements
+//     k = 16 s + 2 (L % 4) + {0, 1, 8, 9} of every sub-block, i.e. exactly
+//     the bytes the layout gives it: per span one contiguous run of m * W
+//     bytes (16 for int4). Each warp stages its next spans' codes and scales
+//     in shared memory with cp.async, dequantizes the codes in registers
+//     (f32: a masked code is an exact float after one LOP3 and one FADD),
+//     multiplies them with activation pairs (8-byte loads), and the four
+//     lanes of a row finish the sum with two xor shuffles.
 //   * dense f32 / f16 / bf16 weights [N, K] (row-major): an item is one
 //     output row times a chunk of kTokens activation rows; lanes stride over
 //     K in 16-byte loads (8 bf16/f16 weights and the activations they meet;
@@ -115,25 +118,9 @@ __device__ __forceinline__ float codeToFloat(unsigned c) {
   return __uint_as_float(0x4B000000u | c) - 8388608.0f;
 }
 
-// The lane's codes in a span, as 32-bit words: m <= 4 sub-blocks of kW bytes, kW / 4 words each
-// (words[j * kW / 4 ..] for sub-block j). A whole span's 16 (int4) or 32 (int8) bytes come in
-// 16-byte loads where the layout keeps them aligned (every real model's shapes).
+// Whether a lane's codes of a whole span (16 bytes for int4, 32 for int8) lie 16-byte aligned
+// (every real model's shapes).
 constexpr bool kVectorCodes = kCodesAt % 16 == 0 && kTileBytes % 16 == 0 && kSpanBytes % 16 == 0;
-__device__ __forceinline__ void loadCodes(const unsigned char *mine, int m, unsigned words[kW]) {
-  if (kVectorCodes && m == 4) {
-#pragma unroll
-    for (int c = 0; c < kW / 4; ++c) {
-      const Vec16 v = reinterpret_cast<const Vec16 *>(mine)[c];
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        words[4 * c + e] = v.u[e];
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kW; ++i)
-    words[i] = i < m * kW / 4 ? reinterpret_cast<const unsigned *>(mine)[i] : 0u;
-}
 
 // Sub-block j of span `span`, the lane's words `w` of it (registers or memory): its 8 weights (row n of the tile)
 // dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
@@ -174,71 +161,265 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
     }
   }
 }
-// Sub-blocks of 32 elements in span `span` (4, or fewer in a last partial span).
-__device__ __forceinline__ int spanSubBlocks(int span) {
-  return (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+// ---- CUDA cores ----
+// A span's group(s): one for the whole span when groups are whole spans (g128, g256 ..., or one
+// group per row), else one per sub-block (g32, g64).
+constexpr bool kGroupPerSpan = kGroup % 128 == 0 || kGroups == 1;
+constexpr int kSpanGroups = kGroupPerSpan ? 1 : 4;
+constexpr int kFullSpans = kK / 128;        // spans of 4 sub-blocks
+constexpr int kTailSubBlocks = (kK % 128) / 32;
+
+// Each warp stages the spans it sums in shared memory, kStages deep, with cp.async (sm_80+; sm_75
+// and the host emulation copy synchronously):
+// the copies in flight cost no registers (prefetching them into registers took so many that
+// the kernel ran at half occupancy or spilled). A stage: the lanes' codes (lane L's m * kW bytes
+// at L * 4 kW), then the 8 rows' scales of each of the span's groups, then their offsets.
+constexpr int kStages = 3;
+constexpr int kGroupScaleBytes = 8 * kScaleBytes;
+constexpr int kStageScalesAt = 32 * 4 * kW;
+constexpr int kStageOffsetsAt = kStageScalesAt + kSpanGroups * kGroupScaleBytes;
+constexpr int kGroupOffsetBytes = kOffset == 2 ? kGroupScaleBytes : kOffset == 1 ? 8 : 0;
+constexpr int kStageBytes = (kStageOffsetsAt + kSpanGroups * kGroupOffsetBytes + 15) / 16 * 16;
+struct alignas(16) Stage {
+  unsigned char b[kStageBytes];
+};
+
+// Copies `bytes` (a multiple of kPiece; kPiece 4, 8 or 16, both addresses kPiece-aligned) from
+// global to shared memory without waiting; cpAsyncCommit() closes a group of copies and
+// cpAsyncWait<N>() waits until at most N groups are pending (the host emulation copies at once).
+template <int kPiece>
+__device__ __forceinline__ void cpAsync(unsigned char *dst, const unsigned char *src, int bytes) {
+  for (int o = 0; o < bytes; o += kPiece) {
+#if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800) // no cp.async: copy now
+    memcpy(dst + o, src + o, kPiece);
+#else
+    unsigned addr;
+    asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(dst + o));
+    if (kPiece == 16)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src + o) : "memory");
+    else
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(addr), "l"(src + o), "n"(kPiece) : "memory");
+#endif
+  }
 }
-// CUDA cores, one item: weight rows tile * 8 .. + 7 times tokens t0 .. t0 + NT - 1, shared by
-// the block's kWarps warps, which split K: warp w takes spans w, w + kWarps, ... (a decode step's
-// few tiles keep every multiprocessor busy), loading each span's codes one span ahead. Lane L
-// owns row n = L / 4 and its sub-block elements; the 4 lanes of a row finish the warp's sums with
-// two xor shuffles, then the warps' partial sums are added in warp order through shared memory
+__device__ __forceinline__ void cpAsyncCommit() {
+#if !defined(LLMC_HOST_EMULATION) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+#if !defined(LLMC_HOST_EMULATION) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Stages span `span` (M sub-blocks) of the tile at `base`: each lane its codes, lanes 0 .. the
+// group chunks' pieces.
+template <int M>
+__device__ __forceinline__ void stageSpan(const unsigned char *base, int span, int lane, unsigned char *stage) {
+  // Tiles are 8-byte aligned (8 rows of whole bytes each from a 256-byte aligned tensor), 16 where
+  // kVectorCodes says so; a lane's codes start at a multiple of 4 m.
+  constexpr int kCodePiece = (M * kW) % 16 == 0 && kVectorCodes ? 16 : (M * kW) % 8 == 0 && kCodesAt % 8 == 0 ? 8 : 4;
+  cpAsync<kCodePiece>(stage + lane * 4 * kW, base + kCodesAt + span * kSpanBytes + lane * M * kW, M * kW);
+  // Scales (and offsets) of group g: 8 rows' worth at base + g * kGroupScaleBytes, 16-byte aligned
+  // within the tile (kOffsetsAt too) and 8-byte aligned in memory.
+  constexpr int kScalePiece = kTileBytes % 16 == 0 ? 16 : 8;
+  constexpr int kScalePieces = kGroupScaleBytes / kScalePiece;
+  constexpr int kOffsetPiece = kOffset == 1 ? 8 : kScalePiece;
+  constexpr int kOffsetPieces = kGroupOffsetBytes / kOffsetPiece;
+#pragma unroll
+  for (int gi = 0; gi < kSpanGroups; ++gi) {
+    const int k0 = span * 128 + gi * 32;
+    const int g = (k0 < kK ? k0 : span * 128) / kGroup; // a sub-block past K: any valid group
+    if (lane < kScalePieces)
+      cpAsync<kScalePiece>(stage + kStageScalesAt + gi * kGroupScaleBytes + lane * kScalePiece,
+                           base + g * kGroupScaleBytes + lane * kScalePiece, kScalePiece);
+    if (kOffsetPieces > 0 && lane >= 16 && lane < 16 + kOffsetPieces)
+      cpAsync<kOffsetPiece>(stage + kStageOffsetsAt + gi * kGroupOffsetBytes + (lane - 16) * kOffsetPiece,
+                            base + kOffsetsAt + g * kGroupOffsetBytes + (lane - 16) * kOffsetPiece, kOffsetPiece);
+  }
+}
+__device__ __forceinline__ void stageSpanAny(const unsigned char *base, int span, int lane, unsigned char *stage) {
+  if (span < kFullSpans)
+    stageSpan<4>(base, span, lane, stage);
+  else
+    stageSpan<kTailSubBlocks>(base, span, lane, stage);
+}
+
+__device__ __forceinline__ float scaleFromBits(unsigned b) {
+  return kScaleType == 2 ? __uint_as_float(b) : kScaleType == 0 ? halfToFloat(b) : bf16ToFloat(b);
+}
+// Scale (or min) entry i of a staged chunk.
+__device__ __forceinline__ float stagedScale(const unsigned char *p, int i) {
+  return scaleFromBits(kScaleType == 2 ? reinterpret_cast<const unsigned *>(p)[i]
+                                       : (unsigned)reinterpret_cast<const unsigned short *>(p)[i]);
+}
+
+// The integer u & kMask (kMask within bits 0..22) as a float, exactly: 2^23 + it has it in its
+// mantissa. A code masked in place at bit 4 or 8 reads 16 or 256 times too large and meets a
+// scale 16 or 256 times smaller: the product, hence every dequantized value, is the same number
+// (for scales above 2^-118 in magnitude; f16's smallest is 2^-24).
+template <unsigned kMask>
+__device__ __forceinline__ float maskedCode(unsigned u) {
+#ifdef LLMC_HOST_EMULATION
+  const unsigned bits = (u & kMask) | 0x4B000000u;
+#else
+  // (u & mask) | 2^23's bits in one LOP3 (ptxas otherwise spends two, one per immediate)
+  unsigned bits;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(u), "n"(kMask), "r"(0x4B000000u));
+#endif
+  return __uint_as_float(bits) - 8388608.0f;
+}
+struct alignas(8) Pair {
+  float x, y;
+};
+
+// One sub-block of NT tokens: the lane's 8 weights (row n, elements k0 + 2 q + {0, 1, 8, 9} of
+// its two 16-element halves) dequantized once, as d * code + lo, and multiplied with the
+// activations, which come in 8-byte pairs (the fragment's elements 2 q + 8 c, + 1 for c = 0..3).
+// acc sums in fragment order: int4 nibble p = 0..7 (elements at pair p & 3, x for p < 4 else y),
+// int8 byte b of word s (pair 2 s + b / 2, x or y by b % 2).
+template <int NT>
+__device__ __forceinline__ void gemvSubBlock(const unsigned *w, float d, float lo, const float *x,
+                                             const int xrow[NT], int k0, int q, float acc[NT]) {
+  float v[8];
+  if (kBits == 4) {
+    const float d16 = d * 0.0625f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { // nibbles 2 i, 2 i + 1 at bits 0 and 4 of w >> 8 i
+      const unsigned u = w[0] >> (8 * i);
+      v[2 * i] = fmaf(maskedCode<0xFu>(u), d, lo);
+      v[2 * i + 1] = fmaf(maskedCode<0xF0u>(u), d16, lo);
+    }
+  } else {
+    const float d256 = d * 0.00390625f;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      // sym codes are signed bytes: c ^ 0x80 = code + 128, and lo = -128 d
+      const unsigned word = kOffset == 0 ? w[s] ^ 0x80808080u : w[s];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) { // bytes 2 h, 2 h + 1 at bits 0 and 8 of word >> 16 h
+        const unsigned u = word >> (16 * h);
+        v[4 * s + 2 * h] = fmaf(maskedCode<0xFFu>(u), d, lo);
+        v[4 * s + 2 * h + 1] = fmaf(maskedCode<0xFF00u>(u), d256, lo);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const Pair *xs = reinterpret_cast<const Pair *>(x + (long long)xrow[i] * kK + k0 + 2 * q);
+    Pair xp[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      xp[c] = xs[4 * c];
+    float a = acc[i];
+    if (kBits == 4) {
+#pragma unroll
+      for (int p = 0; p < 8; ++p)
+        a = fmaf(v[p], p < 4 ? xp[p].x : xp[p - 4].y, a);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        a = fmaf(v[e], (e & 1) ? xp[2 * (e >> 2) + ((e >> 1) & 1)].y : xp[2 * (e >> 2) + ((e >> 1) & 1)].x, a);
+    }
+    acc[i] = a;
+  }
+}
+
+// The M sub-blocks of the span staged at `stage`.
+template <int NT, int M>
+__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const float *x, const int xrow[NT], int span,
+                                         int lane, int n, int q, float acc[NT]) {
+  unsigned words[kW];
+  if ((M * kW) % 16 == 0) {
+#pragma unroll
+    for (int c = 0; c < M * kW / 16; ++c) {
+      const Vec16 v = reinterpret_cast<const Vec16 *>(stage + lane * 4 * kW)[c];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        words[4 * c + e] = v.u[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < M * kW / 4; ++e)
+      words[e] = reinterpret_cast<const unsigned *>(stage + lane * 4 * kW)[e];
+  }
+#pragma unroll
+  for (int j = 0; j < M; ++j) {
+    const int gi = kGroupPerSpan ? 0 : j;
+    const float d = stagedScale(stage + kStageScalesAt + gi * kGroupScaleBytes, n);
+    float lo;
+    if (kOffset == 2)
+      lo = stagedScale(stage + kStageOffsetsAt + gi * kGroupOffsetBytes, n);
+    else if (kOffset == 1)
+      lo = -d * (float)stage[kStageOffsetsAt + gi * kGroupOffsetBytes + n];
+    else
+      lo = kBits == 4 ? -8.0f * d : -128.0f * d;
+    gemvSubBlock<NT>(words + j * (kW / 4), d, lo, x, xrow, span * 128 + j * 32, q, acc);
+  }
+}
+
+// One item: weight rows tile * 8 .. + 7 times tokens t0 .. t0 + NT - 1, shared by the block's
+// kWarps warps, which split K: warp w takes spans w, w + kWarps, ... (a decode step's few tiles
+// keep every multiprocessor busy), each staged kStages - 1 spans ahead of its use. Lane L owns
+// row n = L / 4 and its sub-block elements; the 4 lanes of a row finish the warp's sums with two
+// xor shuffles, then the warps' partial sums are added in warp order through shared memory
 // (`part`), so the order depends on the sizes only.
 static_assert(kTokens == 4, "the dispatch below handles 1 to 4 tokens per item");
 template <int NT>
 __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int *__restrict__ rows,
                                          const unsigned char *base, const float *__restrict__ bias,
                                          float *__restrict__ y, int t0, int tile, int lane, int n, int q,
-                                         int warp, float (*part)[8][kTokens]) {
-  const float *xr[NT];
+                                         int warp, float (*part)[8][kTokens], Stage *stages) {
+  int xrow[NT]; // x rows (indices, not pointers: half the registers)
   float acc[NT];
-  gemvStart<NT>(x, rows, t0, xr, acc);
-  unsigned next[kW];
-  if (warp < kSpans)
-    loadCodes(base + kCodesAt + warp * kSpanBytes + lane * spanSubBlocks(warp) * kW, spanSubBlocks(warp), next);
-  for (int span = warp; span < kSpans; span += kWarps) {
-    const int m = spanSubBlocks(span);
-    unsigned words[kW];
-#pragma unroll
-    for (int i = 0; i < kW; ++i)
-      words[i] = next[i];
-    if (span + kWarps < kSpans) // the warp's next span, in flight while this one is summed
-      loadCodes(base + kCodesAt + (span + kWarps) * kSpanBytes + lane * spanSubBlocks(span + kWarps) * kW,
-                spanSubBlocks(span + kWarps), next);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (j >= m)
-        break;
-      float v[8];
-      int at[8]; // element of each value, relative to the sub-block's first
-      dequantSubBlock(base, words + j * (kW / 4), span, j, n, q, v, at);
-      const int k0 = span * 128 + j * 32;
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        const float *xs = xr[i] + k0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          acc[i] += v[e] * xs[at[e]];
-      }
-    }
-  }
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    float a = acc[i];
-    a += __shfl_xor_sync(0xffffffffu, a, 1);
-    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    xrow[i] = kGather ? rows[t0 + i] : t0 + i;
+    acc[i] = 0.0f;
+  }
+  // One commit per span slot, empty past the warp's last span, so that "all but kStages - 1
+  // groups done" always means "the oldest span is in".
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (warp + s * kWarps < kSpans)
+      stageSpanAny(base, warp + s * kWarps, lane, stages[s].b);
+    cpAsyncCommit();
+  }
+  int slot = 0;
+  for (int span = warp; span < kSpans; span += kWarps) {
+    const int ahead = span + (kStages - 1) * kWarps;
+    const int aheadSlot = slot == 0 ? kStages - 1 : slot - 1; // the slot read one span ago
+    if (ahead < kSpans)
+      stageSpanAny(base, ahead, lane, stages[aheadSlot].b);
+    cpAsyncCommit();
+    cpAsyncWait<kStages - 1>();
+    __syncwarp(); // the other lanes' copies (scales) are in
+    if (span < kFullSpans)
+      gemvSpan<NT, 4>(stages[slot].b, x, xrow, span, lane, n, q, acc);
+    else
+      gemvSpan<NT, kTailSubBlocks>(stages[slot].b, x, xrow, span, lane, n, q, acc);
+    __syncwarp(); // every lane is done with the slot before it is refilled
+    slot = slot == kStages - 1 ? 0 : slot + 1;
+  }
+  cpAsyncWait<0>();
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    float s = acc[i];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
     if (q == 0)
-      part[warp][n][i] = a;
+      part[warp][n][i] = s;
   }
   __syncthreads();
   if (threadIdx.x < 8 * NT) {
     const int r = threadIdx.x / NT, i = threadIdx.x % NT, row = tile * 8 + r;
-    float a = part[0][r][i];
+    float s = part[0][r][i];
 #pragma unroll
     for (int v = 1; v < kWarps; ++v)
-      a += part[v][r][i];
+      s += part[v][r][i];
     if (row < kN)
-      y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
+      y[(long long)(t0 + i) * kN + row] = kHasBias ? s + bias[row] : s;
   }
   __syncthreads(); // `part` is reused by the block's next item
 }
@@ -292,6 +473,7 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
   }
   // CUDA cores: a block per item (tile, token chunk), its warps splitting K.
   __shared__ float part[kWarps][8][kTokens];
+  __shared__ Stage stages[kWarps][kStages];
   const long long chunks = ((long long)T + kTokens - 1) / kTokens;
   const long long items = chunks * kTiles;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
@@ -302,13 +484,13 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
     // Only the chunk's real rows are computed (a batch of 1 does a quarter of the work).
     const int nt = T - t0 < kTokens ? T - t0 : kTokens;
     if (nt >= 4)
-      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
+      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
     else if (nt == 3)
-      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
+      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
     else if (nt == 2)
-      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
+      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
     else
-      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part);
+      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
   }
 }
 )cuda";
@@ -433,11 +615,13 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   if (!storage.ok())
     return llmrt::invalid_argument(std::string(what) + ": " + storage.status().message());
   // The quantized CUDA-core GEMV gives each item (8 weight rows x 4 tokens) a block whose warps
-  // split K (kWarps of them, at most one per 128-element span): enough warps that a decode step
-  // of one token chunk fills the GPU (~4096 warps, 31 per multiprocessor on 132), at most 8.
+  // split K (kWarps of them, at most one per 128-element span): as many warps as a decode step's
+  // one token chunk can have resident at once (~4096: 32 per multiprocessor at the kernel's 64
+  // registers, 132 of them on an H100/H200), at most 8. Rounded down: rounded up, Llama-3-8B's
+  // q|k|v (768 tiles x 6 warps) left 108 blocks for a second wave.
   const int64_t tiles = (p.n + 7) / 8, spans = (p.k + 127) / 128;
   const bool splitK = !storage->dense && !p.tensorCores;
-  const int warps = splitK ? static_cast<int>(std::clamp<int64_t>((kSplitKTargetWarps + tiles - 1) / tiles, 1,
+  const int warps = splitK ? static_cast<int>(std::clamp<int64_t>(kSplitKTargetWarps / tiles, 1,
                                                                     std::min<int64_t>(8, spans)))
                            : kWarpsPerBlock;
   std::vector<std::pair<std::string, std::string>> common = {
@@ -473,7 +657,13 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // ptxas held them at 64 registers on some SKUs and spilled 16-48 bytes (sm_86/89: int4-g128
     // sym, int8-g128 zp; sm_90: int8-g128 sym); at 96 none spills on sm_80 - sm_90a for Llama-3-8B's
     // shapes in any format (NvrtcTest.QuantizedTensorCoreTilesDoNotSpillOnAnySku).
-    body += detail::substitute(kQuantTemplate, {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : "kWarps * 32"}});
+    // The CUDA-core GEMV's: 1024 threads per SM, 64 registers, which the 1-token path (batch-1
+    // decode) needs without spilling on sm_80 - sm_90. Left to itself ptxas gives the 3- and
+    // 4-token paths 78-80 (it hoists every activation load of a sub-block) and the kernel with
+    // them: 3 blocks of 8 warps per SM, and a Llama-3-8B down projection's 512 blocks then take
+    // two waves on 132 SMs. Capped, those paths spill a few words (32-64 bytes per thread,
+    // NvrtcTest.EveryFamilyCompilesForSm80AndSm90 bounds it).
+    body += detail::substitute(kQuantTemplate, {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : "kWarps * 32, 32 / kWarps"}});
   }
   prefix += "_" + storage->tag;
   // warps' work items per token chunk

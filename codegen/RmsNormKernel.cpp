@@ -40,12 +40,13 @@ ${ENTRY}(const float *__restrict__ x, const float *__restrict__ w,
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
     // item = row * kGroups + group, so its first column is item * kG.
     const long long base = item * kG;
-    float v[kPerThread];
+    float v[kPerThread], wv[kPerThread];
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       const int j = tid + k * kBlock;
       v[k] = j < kG ? x[base + j] : 0.0f;
+      wv[k] = j < kG ? w[j] : 0.0f; // read with x: its latency hides behind theirs and the sum's
       ss += v[k] * v[k];
     }
     const float total = blockSum(ss, red);
@@ -54,7 +55,7 @@ ${ENTRY}(const float *__restrict__ x, const float *__restrict__ w,
     for (int k = 0; k < kPerThread; ++k) {
       const int j = tid + k * kBlock;
       if (j < kG)
-        out[base + j] = v[k] * inv * w[j];
+        out[base + j] = v[k] * inv * wv[k];
     }
   }
 }
@@ -70,14 +71,16 @@ ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
   const int tid = threadIdx.x;
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
     const long long base = (long long)row * kD;
-    float v[kPerThread];
+    float v[kPerThread], wv[kPerThread];
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       const int j = tid + k * kBlock;
       v[k] = 0.0f;
+      wv[k] = 0.0f;
       if (j < kD) {
         v[k] = x[base + j] + residual[base + j];
+        wv[k] = w[j]; // read with x: its latency hides behind theirs and the sum's
         sum[base + j] = v[k];
       }
       ss += v[k] * v[k];
@@ -88,7 +91,7 @@ ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
     for (int k = 0; k < kPerThread; ++k) {
       const int j = tid + k * kBlock;
       if (j < kD)
-        normed[base + j] = v[k] * inv * w[j];
+        normed[base + j] = v[k] * inv * wv[k];
     }
   }
 }

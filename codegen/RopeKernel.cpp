@@ -55,15 +55,20 @@ ${TABLE}};
 
 // Rotates pair i of one head (src, dst point at it; dst may be src):
 //   neox: (i, i + kHalf), interleaved: (2i, 2i + 1); out = (x0 c - x1 s, x1 c + x0 s).
-__device__ __forceinline__ void rotatePair(const float *src, float *dst, int i, float pos) {
+// rotatePairBy: the same with the angle's sine and cosine given (one angle serves pair i of
+// every head).
+__device__ __forceinline__ void rotatePairBy(const float *src, float *dst, int i, float s, float c) {
   const int a = kNeox ? i : 2 * i;
   const int b = kNeox ? a + kHalf : a + 1;
-  float s, c;
-  sincosf(pos * kInvFreq[i], &s, &c); // one accurate range reduction for both
   const float x0 = src[a];
   const float x1 = src[b];
   dst[a] = x0 * c - x1 * s;
   dst[b] = x1 * c + x0 * s;
+}
+__device__ __forceinline__ void rotatePair(const float *src, float *dst, int i, float pos) {
+  float s, c;
+  sincosf(pos * kInvFreq[i], &s, &c); // one accurate range reduction for both
+  rotatePairBy(src, dst, i, s, c);
 }
 
 // Element d of the rotated head at src: the value rotatePair writes there, by the same operations.

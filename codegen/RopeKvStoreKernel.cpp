@@ -62,6 +62,37 @@ ${ENTRY}(const float *__restrict__ qkv, const int *__restrict__ positions,
          const long long *__restrict__ kv_slots, float *__restrict__ q_out,
          float *__restrict__ k_cache, float *__restrict__ v_cache, int T) {
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
+    if (kBlock % kHalf == 0) {
+      // Thread t rotates pair t % kHalf of heads t / kHalf, + kBlock / kHalf, ...: one sine and
+      // cosine (the accurate sincosf, ~40 instructions) per thread instead of one per pair, and
+      // every head's loads at once.
+      const float pos = (float)positions[row];
+      const float *src = qkv + (long long)row * kWidth;
+      float *q = q_out + (long long)row * kQWidth;
+      const long long slot = kv_slots[row];
+      const long long block = slot / kBs, offset = slot % kBs;
+      const int i = threadIdx.x % kHalf;
+      float s, c;
+      sincosf(pos * kInvFreq[i], &s, &c);
+      const int heads = slot < 0 ? kH : kH + kHkv; // padding: q only
+#pragma unroll
+      for (int head = threadIdx.x / kHalf; head < kH + kHkv; head += kBlock / kHalf) {
+        if (head >= heads)
+          break;
+        if (head < kH)
+          rotatePairBy(src + head * kHd, q + head * kHd, i, s, c);
+        else
+          rotatePairBy(src + kQWidth + (head - kH) * kHd,
+                       k_cache + ((block * kHkv + head - kH) * kBs + offset) * kHd, i, s, c);
+      }
+      if (slot < 0)
+        continue;
+      for (int e = threadIdx.x; e < kKvWidth; e += kBlock) {
+        const int head = e / kHd, d = e % kHd;
+        v_cache[((block * kHkv + head) * kBs + offset) * kHd + d] = src[kQWidth + kKvWidth + e];
+      }
+      continue;
+    }
     const float *src;
     float pos;
     const long long slot = startRow(qkv, positions, kv_slots, q_out, row, &src, &pos);

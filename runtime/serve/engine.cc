@@ -653,32 +653,40 @@ void Engine::Impl::step() {
   bool preempted_any = false;
   std::vector<Group*> failed;
 
-  // 1. Decodes, then 2. prompt chunks of running requests, in priority order.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t gi = 0; gi < running.size(); ++gi) {
-      Group* g = running[gi];
-      for (size_t si = 0; si < g->seqs.size() && g->running; ++si) {
-        const Seq& s = g->seqs[si];
-        if (s.finished() || !s.in_cache) continue;
-        const int32_t pending = s.pending();
-        if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
-        const int32_t count = schedule_seq(g, si, pending, /*allow_preempt=*/true, &preempted_any);
-        if (count == 0) {
-          // No block for it even after preempting the others: step back itself unless part of it
-          // already runs in this step (then it waits a step).
-          if (budget > 0 && seq_slots > 0 && g->scheduled_step != num_steps) {
-            preempt(g);
-            preempted_any = true;
-            --gi;
+  // 1. Decodes, then 2. prompt chunks of running requests, one priority level at a time (running
+  // is sorted by priority): a lower level's decodes come after a higher level's prompt chunks, so
+  // the higher request can still take a lower one's blocks (a victim must not be in this step yet).
+  // Across levels in one pass, a higher request whose chunk found no block would step back itself
+  // while the lower one it should have preempted kept decoding, again every step.
+  for (size_t level = 0; level < running.size();) {
+    const int32_t priority = running[level]->req.priority;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t gi = level; gi < running.size() && running[gi]->req.priority == priority; ++gi) {
+        Group* g = running[gi];
+        for (size_t si = 0; si < g->seqs.size() && g->running; ++si) {
+          const Seq& s = g->seqs[si];
+          if (s.finished() || !s.in_cache) continue;
+          const int32_t pending = s.pending();
+          if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
+          const int32_t count = schedule_seq(g, si, pending, /*allow_preempt=*/true, &preempted_any);
+          if (count == 0) {
+            // No block for it even after preempting the others: step back itself unless part of it
+            // already runs in this step (then it waits a step).
+            if (budget > 0 && seq_slots > 0 && g->scheduled_step != num_steps) {
+              preempt(g);
+              preempted_any = true;
+              --gi;
+            }
+            break;
           }
-          break;
-        }
-        if (Status st = feed(g, si, count); !st.ok()) {
-          failed.push_back(g);
-          break;
+          if (Status st = feed(g, si, count); !st.ok()) {
+            failed.push_back(g);
+            break;
+          }
         }
       }
     }
+    while (level < running.size() && running[level]->req.priority == priority) ++level;
   }
   // 3. Admit waiting requests (not in a step that had to preempt).
   while (!preempted_any && !waiting.empty() && budget > 0 && seq_slots > 0) {

@@ -1,10 +1,12 @@
 // The serving engine: one thread runs the scheduler loop over the executor.
 //
 // Every step it admits waiting requests and retires finished ones (continuous batching) under a
-// token budget (max_num_batched_tokens) and a sequence cap (max_num_seqs). Decodes of running
-// sequences are scheduled first, then prompt chunks (chunked prefill), so a long prompt never
-// stalls the decodes of others for more than one step. The waiting queue is ordered by
-// (priority, arrival): smaller priority first, FCFS among equals, as vLLM's priority policy.
+// token budget (max_num_batched_tokens) and a sequence cap (max_num_seqs). Within each priority
+// level of the running requests (higher first), decodes are scheduled first, then prompt chunks
+// (chunked prefill), so a long prompt never stalls the decodes of its peers for more than one
+// step, and a higher-priority prompt can take the blocks of lower-priority decodes. The waiting
+// queue is ordered by (priority, arrival): smaller priority first, FCFS among equals, as vLLM's
+// priority policy.
 //
 // KV blocks come from BlockManager with automatic prefix caching. When a decode needs a block and
 // none is free, the newest request of the lowest priority is preempted: its blocks are freed and

@@ -354,9 +354,12 @@ TEST(AttentionKernel, Int8KvStoreHoldsTheCpuCodes) {
 /// The fused rope_kv_store kernel against rope (q), rope (k) and kv_store run one after the
 /// other: the same q, cache and scales, bit for bit. GQA 6/3, a padding row, a grid smaller than
 /// the rows, positions up to 70000 (large angles).
-void checkRopeKvStore(const std::string &style, const std::string &kvDtype) {
-  SCOPED_TRACE(style + "/" + kvDtype);
-  const int H = 6, Hkv = 3, hd = 10, bs = 4, blocks = 5, T = 4;
+/// Shapes: H = 6, Hkv = 3, hd = 10 rotate pairs one at a time (32 threads, 5 pairs a head); H = 8,
+/// Hkv = 2, hd = 16 give each of 64 threads one angle for heads t / 8 and t / 8 + 8.
+void checkRopeKvStore(const std::string &style, const std::string &kvDtype, int H = 6, int Hkv = 3, int hd = 10) {
+  SCOPED_TRACE(style + "/" + kvDtype + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
+               " hd=" + std::to_string(hd));
+  const int bs = 4, blocks = 5, T = 4;
   const int qw = H * hd, kvw = Hkv * hd, w = qw + 2 * kvw;
   const bool i8 = kvDtype == "int8";
   llmc::RopeParams rope;
@@ -438,8 +441,10 @@ void checkRopeKvStore(const std::string &style, const std::string &kvDtype) {
 
 TEST(AttentionKernel, RopeKvStoreEqualsRopeThenKvStore) {
   for (const char *style : {"neox", "interleaved"})
-    for (const char *kv : {"f32", "int8"})
+    for (const char *kv : {"f32", "int8"}) {
       checkRopeKvStore(style, kv);
+      checkRopeKvStore(style, kv, 8, 2, 16);
+    }
 }
 
 TEST(AttentionKernel, EmissionErrors) {

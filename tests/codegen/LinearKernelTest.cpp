@@ -149,7 +149,12 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
                         Case{"int4-row-f32-sym", 7, 64},
                         // many spans: the CUDA-core kernel's warps split K unevenly (9 spans over
                         // 8 warps, the last span short; 6 over 6) and prefetch the next span
-                        Case{"int4-g32-f16-min", 20, 1056}, Case{"int8-g32-f16-sym", 12, 672}}) {
+                        Case{"int4-g32-f16-min", 20, 1056}, Case{"int8-g32-f16-sym", 12, 672},
+                        // Llama-3's int4-g128 (one group per span, scales loaded with the codes
+                        // two spans ahead), g64 (two groups per span) with a short last span,
+                        // int8-g128 sym over 4 spans
+                        Case{"int4-g128-f16-min", 16, 640}, Case{"int4-g64-f16-zp", 9, 320},
+                        Case{"int8-g128-bf16-sym", 8, 512}}) {
     llmc::LinearParams p;
     p.n = c.n;
     p.k = c.k;
