@@ -246,13 +246,9 @@ __device__ __forceinline__ void stageSpanAny(const unsigned char *base, int span
     stageSpan<kTailSubBlocks>(base, span, lane, stage);
 }
 
-__device__ __forceinline__ float scaleFromBits(unsigned b) {
-  return kScaleType == 2 ? __uint_as_float(b) : kScaleType == 0 ? halfToFloat(b) : bf16ToFloat(b);
-}
 // Scale (or min) entry i of a staged chunk.
 __device__ __forceinline__ float stagedScale(const unsigned char *p, int i) {
-  return scaleFromBits(kScaleType == 2 ? reinterpret_cast<const unsigned *>(p)[i]
-                                       : (unsigned)reinterpret_cast<const unsigned short *>(p)[i]);
+  return loadScale(p + i * kScaleBytes);
 }
 
 // The integer u & kMask (kMask within bits 0..22) as a float, exactly: 2^23 + it has it in its
@@ -319,8 +315,10 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, float d, float l
         a = fmaf(v[p], p < 4 ? xp[p].x : xp[p - 4].y, a);
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        a = fmaf(v[e], (e & 1) ? xp[2 * (e >> 2) + ((e >> 1) & 1)].y : xp[2 * (e >> 2) + ((e >> 1) & 1)].x, a);
+      for (int e = 0; e < 8; ++e) {
+        const Pair &pair = xp[2 * (e >> 2) + ((e >> 1) & 1)];
+        a = fmaf(v[e], (e & 1) ? pair.y : pair.x, a);
+      }
     }
     acc[i] = a;
   }

@@ -148,6 +148,19 @@ TEST(CudaLaunch, DeviceMemoryPlan) {
   EXPECT_FALSE(plan_device_memory(plan, h200, 0.9, 512, 0).ok());
 }
 
+// A plan of one "forward" program over `values` and `steps`.
+std::vector<uint8_t> forward_plan(flatbuffers::FlatBufferBuilder& b,
+                                  const std::vector<flatbuffers::Offset<fb::Value>>& values,
+                                  const std::vector<flatbuffers::Offset<fb::Step>>& steps) {
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {
+      fb::CreateProgramDirect(b, "forward", &values, &steps, 0, 0, 0)};
+  auto progs = b.CreateVector(programs);
+  fb::PlanBuilder pb(b);
+  pb.add_programs(progs);
+  b.Finish(pb.Finish());
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
 // The GEMM library's share of device memory: its workspace plus one bf16 copy of the widest
 // input a to_bf16 kernel converts, for max_tokens rows; it comes off the KV cache's budget.
 std::vector<uint8_t> library_plan(bool with_library) {
@@ -168,13 +181,7 @@ std::vector<uint8_t> library_plan(bool with_library) {
       step(2, lt, 2),                        // bf16: converts 14336 wide (the widest)
       step(3, fb::GemmLibrary::None, -1),    // the generated kernels: no copy
       step(4, lt, -1)};                      // f32 (TF32): read in place, no copy
-  std::vector<flatbuffers::Offset<fb::Program>> programs = {
-      fb::CreateProgramDirect(b, "forward", &values, &steps, 0, 0, 0)};
-  auto progs = b.CreateVector(programs);
-  fb::PlanBuilder pb(b);
-  pb.add_programs(progs);
-  b.Finish(pb.Finish());
-  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+  return forward_plan(b, values, steps);
 }
 
 TEST(CudaLaunch, GemmLibraryMemory) {
@@ -193,13 +200,8 @@ TEST(CudaLaunch, GemmLibraryMemory) {
     std::vector<int> io = {0};
     std::vector<flatbuffers::Offset<fb::Step>> steps = {fb::CreateStepDirect(
         b, fb::OpKind::Linear, &io, &io, nullptr, nullptr, 0, "linear", 1, 16, fb::GemmLibrary::CublasLt, -1)};
-    std::vector<flatbuffers::Offset<fb::Program>> programs = {
-        fb::CreateProgramDirect(b, "forward", &values, &steps, 0, 0, 0)};
-    auto progs = b.CreateVector(programs);
-    fb::PlanBuilder pb(b);
-    pb.add_programs(progs);
-    b.Finish(pb.Finish());
-    EXPECT_EQ(gemm_library_bytes(*flatbuffers::GetRoot<fb::Plan>(b.GetBufferPointer()), 512, workspace), workspace);
+    auto f32 = forward_plan(b, values, steps);
+    EXPECT_EQ(gemm_library_bytes(*flatbuffers::GetRoot<fb::Plan>(f32.data()), 512, workspace), workspace);
   }
 
   // In the device memory plan it is a fixed part next to the weights: fewer KV blocks.
