@@ -274,9 +274,56 @@ int elementwiseBlockSize(int64_t n) {
   return block;
 }
 
+namespace {
+
+// Programmatic dependent launch (PTX griddepcontrol, sm_90+). The runtime may launch a kernel
+// while the previous kernel on its stream still runs (plan KernelImage.grid_dependency_control,
+// runtime/cuda/cuda_executor.h), so every entry calls this before anything else: the wait
+// returns once the previous kernel has completed and its writes are visible (the order a plain
+// launch gives); launch_dependents then lets the next kernel be scheduled, and reach its own
+// wait, while this one runs, which hides its launch latency. Below sm_90 (and in the host
+// emulation) it is empty and the runtime launches the kernels one after the other.
+constexpr const char *kGridDependency = R"cuda(
+__device__ __forceinline__ void llmcGridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+)cuda";
+
+// `body` with kGridDependency in front and a call to it opening every __global__ function.
+std::string withGridDependency(const std::string &body) {
+  std::string out = kGridDependency;
+  out.reserve(out.size() + body.size() + 256);
+  size_t pos = 0;
+  for (size_t at = body.find("__global__"); at != std::string::npos;
+       at = body.find("__global__", pos)) {
+    // The body's opening brace: the first '{' after the declaration that is not
+    // a `${NAME}` placeholder (the entry name is one); the declaration ends with
+    // the parameter list's ')' (launch bounds and parameters only before it).
+    size_t open = body.find('{', at);
+    while (open != std::string::npos && open > 0 && body[open - 1] == '$')
+      open = body.find('{', open + 1);
+    assert(open != std::string::npos && "a __global__ function without a body");
+    size_t last = body.find_last_not_of(" \t\n", open - 1);
+    assert(last != std::string::npos && body[last] == ')' &&
+           "a __global__ declaration must end with its parameter list");
+    (void)last;
+    out.append(body, pos, open + 1 - pos);
+    out.append("\n  llmcGridDependencyWait();");
+    pos = open + 1;
+  }
+  out.append(body, pos, std::string::npos);
+  return out;
+}
+
+} // namespace
+
 KernelSpec finishSpec(std::string family, const std::string &prefix,
-                      const std::string &body, int blockSize,
+                      const std::string &kernelBody, int blockSize,
                       std::string gridRule) {
+  const std::string body = withGridDependency(kernelBody);
   char hash[32];
   std::snprintf(hash, sizeof(hash), "%012llx",
                 static_cast<unsigned long long>(fnv1a64(body) >> 16));

@@ -89,7 +89,11 @@ int elementwiseBlockSize(int64_t n);
 
 /// Completes a spec: `body` holds "${ENTRY}" where the entry symbol goes. The
 /// entry is `prefix` + "_" + 12 hex digits of the body's hash, so different
-/// bodies never share an entry and equal bodies always do.
+/// bodies never share an entry and equal bodies always do. Every __global__
+/// function of the source first calls llmcGridDependencyWait() (defined in
+/// front of the body): griddepcontrol.wait + launch_dependents on sm_90+, so
+/// the runtime may launch it overlapped with the kernel before it
+/// (programmatic dependent launch); empty below sm_90.
 KernelSpec finishSpec(std::string family, const std::string &prefix,
                       const std::string &body, int blockSize,
                       std::string gridRule);

@@ -193,9 +193,12 @@ llmrt::StatusOr<int> Lowering::addKernel(const KernelSpec &specRef) {
   for (const KernelImage &im : images) {
     auto ptx = fbb.CreateVector(reinterpret_cast<const uint8_t *>(im.ptx.data()), im.ptx.size());
     auto cubin = fbb.CreateVector(im.cubin);
+    // finishSpec opens every entry with llmcGridDependencyWait(), which holds griddepcontrol.wait
+    // from sm_90 on: the PTX says whether this image's does.
+    const bool gridDependency = im.ptx.find("griddepcontrol.wait") != std::string::npos;
     imgs.push_back(fb::CreateKernelImage(fbb, fbb.CreateString(im.target), ptx, cubin, im.resources.registers,
                                          im.resources.sharedBytes, im.resources.stackBytes,
-                                         im.resources.spillBytes));
+                                         im.resources.spillBytes, gridDependency));
   }
   int id = static_cast<int>(kernels.size());
   kernels.push_back(fb::CreateKernelDirect(fbb, spec->entry.c_str(), spec->family.c_str(),

@@ -64,6 +64,7 @@ struct BenchFlags {
   bool no_cuda_graphs = false;
   bool no_tiled_attention = false;
   bool no_gemm_library = false;
+  bool no_programmatic_launch = false;
   bool no_tensor_core_linear = false;
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
@@ -333,6 +334,7 @@ int run_bench(const BenchFlags& f) {
   gopts.cuda_graphs = !f.no_cuda_graphs;
   gopts.tiled_attention = !f.no_tiled_attention;
   gopts.gemm_library = !f.no_gemm_library;
+  gopts.programmatic_launch = !f.no_programmatic_launch;
   gopts.tensor_core_linear = !f.no_tensor_core_linear;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
@@ -468,6 +470,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   cmd->add_flag("--no-tensor-core-linear", f.no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
+  cmd->add_flag("--no-programmatic-launch", f.no_programmatic_launch, "on cuda (compute capability 9.0+): launch each kernel after the previous one ends, not overlapped with it (programmatic dependent launch), to compare");
   cmd->add_flag("--no-gemm-library", f.no_gemm_library, "on cuda: dense linear steps the plan gives to cuBLASLt run its generated tensor-core kernels instead");
   cmd->add_flag("--no-tiled-attention", f.no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,

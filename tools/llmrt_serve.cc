@@ -41,6 +41,7 @@ struct ServeFlags {
   bool no_cuda_graphs = false;
   bool no_tiled_attention = false;
   bool no_gemm_library = false;
+  bool no_programmatic_launch = false;
   bool no_tensor_core_linear = false;
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
@@ -179,6 +180,7 @@ int run_serve(const ServeFlags& f) {
   eo.cuda_graphs = !f.no_cuda_graphs;
   eo.tiled_attention = !f.no_tiled_attention;
   eo.gemm_library = !f.no_gemm_library;
+  eo.programmatic_launch = !f.no_programmatic_launch;
   eo.tensor_core_linear = !f.no_tensor_core_linear;
   eo.max_num_batched_tokens = f.max_num_batched_tokens;
   eo.max_num_seqs = f.max_num_seqs;
@@ -235,6 +237,7 @@ Subcommand add_serve_command(CLI::App& app) {
       });
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   cmd->add_flag("--no-tensor-core-linear", f.no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
+  cmd->add_flag("--no-programmatic-launch", f.no_programmatic_launch, "on cuda (compute capability 9.0+): launch each kernel after the previous one ends, not overlapped with it (programmatic dependent launch), to compare");
   cmd->add_flag("--no-gemm-library", f.no_gemm_library, "on cuda: dense linear steps the plan gives to cuBLASLt run its generated tensor-core kernels instead");
   cmd->add_flag("--no-tiled-attention", f.no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   cmd->add_option("--cpu-kernels", f.cpu_kernels,

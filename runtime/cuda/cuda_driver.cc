@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
+#include <cstring>
+
 namespace llmrt::cuda {
 namespace {
 
@@ -12,6 +15,27 @@ using CUresult = int;
 using CUdevice = int;
 constexpr int kAttrCcMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrCcMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+
+// cuLaunchKernelEx's configuration (CUDA 12.0+), laid out as cuda.h declares CUlaunchAttribute
+// (an id, padding to 8 bytes, a 64-byte value union) and CUlaunchConfig.
+constexpr int kLaunchAttrProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+struct LaunchAttribute {
+  int id = 0;
+  char pad[4] = {};
+  alignas(8) unsigned char value[64] = {};  // programmaticStreamSerializationAllowed: an int at 0
+};
+struct LaunchConfig {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared = 0;
+  void* stream = nullptr;
+  LaunchAttribute* attrs = nullptr;
+  unsigned num_attrs = 0;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && offsetof(LaunchAttribute, value) == 8, "CUlaunchAttribute layout");
+static_assert(offsetof(LaunchConfig, stream) == 32 && offsetof(LaunchConfig, attrs) == 40 &&
+                  offsetof(LaunchConfig, num_attrs) == 48 && sizeof(LaunchConfig) == 56,
+              "CUlaunchConfig layout");
 
 class DlDriver : public Driver {
  public:
@@ -56,6 +80,8 @@ class DlDriver : public Driver {
               optional("cuEventSynchronize", &event_sync_) &&
               (optional("cuEventDestroy_v2", &event_destroy_) || optional("cuEventDestroy", &event_destroy_)) &&
               (optional("cuEventElapsedTime_v2", &event_elapsed_) || optional("cuEventElapsedTime", &event_elapsed_));
+    // Programmatic dependent launch: cuLaunchKernelEx (CUDA 12.0+); without it, plain launches.
+    programmatic_ = optional("cuLaunchKernelEx", &launch_ex_);
     error_name_ = reinterpret_cast<decltype(error_name_)>(dlsym(lib_, "cuGetErrorName"));
     return check(init_(0), "cuInit");
   }
@@ -114,6 +140,24 @@ class DlDriver : public Driver {
     return check(launch_(fn, grid, 1, 1, static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]),
                          static_cast<unsigned>(block[2]), shared, stream_, params, nullptr),
                  "cuLaunchKernel");
+  }
+  bool has_programmatic_launch() override { return programmatic_; }
+  Status launch_programmatic(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared,
+                             void** params) override {
+    if (!programmatic_) return launch(fn, grid, block, shared, params);
+    RETURN_IF_ERROR(bind());
+    LaunchAttribute attr;
+    attr.id = kLaunchAttrProgrammaticStreamSerialization;
+    const int allowed = 1;
+    std::memcpy(attr.value, &allowed, sizeof(allowed));
+    LaunchConfig config;
+    config.grid[0] = grid;
+    for (int d = 0; d < 3; ++d) config.block[d] = static_cast<unsigned>(block[d]);
+    config.shared = shared;
+    config.stream = stream_;
+    config.attrs = &attr;
+    config.num_attrs = 1;
+    return check(launch_ex_(&config, fn, params, nullptr), "cuLaunchKernelEx");
   }
   Status synchronize() override {
     RETURN_IF_ERROR(bind());
@@ -250,6 +294,8 @@ class DlDriver : public Driver {
   CUresult (*function_)(void**, void*, const char*) = nullptr;
   CUresult (*launch_)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                       void**) = nullptr;
+  CUresult (*launch_ex_)(const LaunchConfig*, void*, void**, void**) = nullptr;
+  bool programmatic_ = false;
   CUresult (*sync_)() = nullptr;
   CUresult (*stream_create_)(void**, unsigned) = nullptr;
   CUresult (*begin_capture_)(void*, int) = nullptr;

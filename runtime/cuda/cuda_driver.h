@@ -50,6 +50,17 @@ class Driver {
   /// cuLaunchKernel over gridDim (grid, 1, 1), blockDim `block`, dynamic shared memory `shared`;
   /// params[i] points at the value of the kernel's i-th parameter.
   virtual Status launch(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared, void** params) = 0;
+  /// Programmatic dependent launch (cuLaunchKernelEx with
+  /// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): as launch(), but the kernel may start
+  /// while the previous kernel on the stream still runs, once that kernel's blocks have all
+  /// executed griddepcontrol.launch_dependents. Only for kernels that execute griddepcontrol.wait
+  /// before they touch memory (plan KernelImage.grid_dependency_control), right after another
+  /// kernel launch. Drivers without it (has_programmatic_launch() false) launch as launch() does.
+  virtual bool has_programmatic_launch() { return false; }
+  virtual Status launch_programmatic(FunctionHandle fn, unsigned grid, const int block[3], unsigned shared,
+                                     void** params) {
+    return launch(fn, grid, block, shared, params);
+  }
   virtual Status synchronize() = 0;
   /// The CUstream the calls above order work on, for libraries that enqueue their own kernels
   /// there (cuBLASLt); nullptr for drivers without one.

@@ -155,6 +155,10 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   ASSIGN_OR_RETURN(int driver_version, driver_->version());
   ASSIGN_OR_RETURN(PlanCheck images, check_plan(p, device_, driver_version));
   warnings_ = images.warnings;
+  // Programmatic dependent launch: sm_90+ (griddepcontrol), launches captured into graphs from
+  // CUDA 12.3 on, and cuLaunchKernelEx in the driver.
+  programmatic_launch_ = opt.programmatic_launch && device_.cc_major >= 9 && driver_version >= 12030 &&
+                         driver_->has_programmatic_launch();
 
   // 3. Steps: each one launch of its kernel.
   RETURN_IF_ERROR(decode(plan));
@@ -298,6 +302,8 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
       ASSIGN_OR_RETURN(functions[static_cast<size_t>(k)], driver_->get_function(m, kernel.name()->str()));
     }
     l->fn = functions[static_cast<size_t>(k)];
+    const ImageChoice& c = images.choices[static_cast<size_t>(k)];
+    l->overlap = programmatic_launch_ && c.grid_dependency_control;
   }
   args_.reserve(32);  // the most parameters a kernel takes: split's 16 outputs + 2
   params_.reserve(32);
@@ -402,6 +408,10 @@ Status CudaExecutor::decode(const Plan& plan) {
 }
 
 int CudaExecutor::launches_per_step() const { return static_cast<int>(steps_.size()); }
+
+int CudaExecutor::overlapped_kernels() const {
+  return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.main.overlap; }));
+}
 
 int CudaExecutor::gemm_library_steps() const {
   return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.library; }));
@@ -605,11 +615,15 @@ Status CudaExecutor::library_gemm(const Step& st, int rows, int* converted) {
 Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
   std::vector<uint64_t>& args = args_;
   int converted = -1;  // the value whose bf16 copy library_input_ holds (-1: none)
+  // Whether the stream's last operation is one of the plan's kernels: only then may the next one
+  // be launched overlapped with it (not after a copy, an event or a library call; not timed).
+  bool after_ours = false;
   for (size_t index = 0; index < steps_.size(); ++index) {
     Step& st = steps_[index];
     if (timed && index > 0) RETURN_IF_ERROR(driver_->record_event(events_[index]));  // step index-1 done
     if (st.library && T >= st.batched_min_rows && T > 0) {
       Status called = library_gemm(st, T, &converted);
+      after_ours = false;
       if (called.ok()) continue;
       if (called.code() != StatusCode::kUnimplemented) return called.with_context(st.where);
       // No algorithm for this shape: the step runs its generated kernel from now on.
@@ -694,8 +708,12 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     if (grid == 0) continue;
     params_.resize(args.size());
     for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];
-    Status launched = driver_->launch(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data());
+    Status launched =
+        l.overlap && after_ours && !timed
+            ? driver_->launch_programmatic(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data())
+            : driver_->launch(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
+    after_ours = true;
   }
   if (timed) RETURN_IF_ERROR(driver_->record_event(events_[steps_.size()]));  // the last step done
   return ok_status();

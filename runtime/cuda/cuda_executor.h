@@ -60,6 +60,11 @@ struct CudaExecutorOptions {
                                      // CUDA-core GEMV at every row count, to compare)
   bool gemm_library = true;          // steps the plan gives to a GEMM library (cuBLASLt) call it
                                      // when it loads (false: their generated kernels, to compare)
+  bool programmatic_launch = true;   // a step's kernel whose image waits on griddepcontrol (plan
+                                     // KernelImage.grid_dependency_control) and follows another
+                                     // of the plan's kernels is launched overlapped with it
+                                     // (programmatic dependent launch: compute capability 9.0+,
+                                     // a CUDA 12.3+ driver); false: one after the other, to compare
   /// Loads the GEMM library over the driver (tests: an emulation); empty: load_cublaslt.
   std::function<StatusOr<std::unique_ptr<GemmLibrary>>(Driver*)> load_gemm_library;
 };
@@ -118,6 +123,10 @@ class CudaExecutor : public Executor {
     return static_cast<int>(graphs_.size() - std::count(graphs_.begin(), graphs_.end(), nullptr));
   }
   bool graphs_enabled() const { return graphs_enabled_; }
+  /// Whether steps' kernels are launched overlapped with the kernel before them (options above),
+  /// and how many of the kernels the steps launch can be.
+  bool programmatic_launch() const { return programmatic_launch_; }
+  int overlapped_kernels() const;
   /// Times every step on the device with CUDA events into `profiler` (nullptr detaches), plus a
   /// "LogitsSummary" step for the summary kernel: while one is attached, decode steps launch
   /// kernel by kernel instead of replaying their graph (a graph's kernels cannot be timed one by
@@ -159,6 +168,7 @@ class CudaExecutor : public Executor {
     int block[3] = {1, 1, 1};
     unsigned shared = 0;
     bool work = false;            // takes the workspace (work_) before T
+    bool overlap = false;         // its image waits on griddepcontrol and programmatic launch is on
     GridRule rule;
   };
   Launch summary_;  // the logits summary kernel (kernel -1: none in the plan)
@@ -181,6 +191,7 @@ class CudaExecutor : public Executor {
   std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]
   // Decode graphs: sizes, and per size its graph (null until captured); padded batch staging.
   bool graphs_enabled_ = false;
+  bool programmatic_launch_ = false;
   bool tiled_attention_ = true;
   bool tensor_core_linear_ = true;
   std::vector<int> graph_sizes_;

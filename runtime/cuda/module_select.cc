@@ -66,6 +66,9 @@ StatusOr<ImageChoice> choose_image(const fb::Kernel& kernel, const DeviceInfo& d
       ptx_cc = cc;
     }
   }
+  for (ImageChoice* c : {&exact, &compatible, &ptx})
+    if (c->image >= 0) c->grid_dependency_control =
+          kernel.images()->Get(static_cast<flatbuffers::uoffset_t>(c->image))->grid_dependency_control();
   if (exact.image >= 0) return exact;
   if (compatible.image >= 0) return compatible;
   if (ptx.image >= 0) return ptx;

@@ -31,6 +31,7 @@ struct ImageChoice {
   std::string target;       // its target
   bool jit = false;         // PTX, JIT-compiled by the driver
   bool compatible = false;  // a CUBIN of a lower minor version of the same major
+  bool grid_dependency_control = false;  // the image's KernelImage.grid_dependency_control
 };
 
 /// The image of `kernel` that a device of compute capability cc_major.cc_minor loads (rules

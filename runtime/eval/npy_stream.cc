@@ -248,7 +248,9 @@ StatusOr<std::unique_ptr<NpyRowReader>> NpyRowReader::open(const std::string& pa
   if (r->cols_ == 0) return invalid_argument(path + ": rows of log-probabilities are empty (shape [" +
                                              std::to_string(r->rows_) + ", 0])");
   r->item_ = item_size(h.descr);
-  r->buf_.resize(size_t(r->cols_) * r->item_);
+  // open_npy checked rows * cols values against the file's size; with no rows that bounds nothing
+  // (fuzz.npy: shape (0, 755555555555) asked for a 1.5 TB row buffer), and no row is ever read.
+  if (r->rows_ > 0) r->buf_.resize(size_t(r->cols_) * r->item_);
   if (std::fseek(r->file_.get(), static_cast<long>(h.data_offset), SEEK_SET) != 0)
     return internal_error(path + ": seek failed");
   return r;

@@ -19,6 +19,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const G
   eo.cuda.cuda_graphs = options.cuda_graphs;
   eo.cuda.tiled_attention = options.tiled_attention;
   eo.cuda.gemm_library = options.gemm_library;
+  eo.cuda.programmatic_launch = options.programmatic_launch;
   eo.cuda.tensor_core_linear = options.tensor_core_linear;
   eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
   eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;

@@ -44,6 +44,7 @@ struct GeneratorOptions {
   bool cuda_graphs = true;          // --no-cuda-graphs: launch decode steps kernel by kernel
   bool tiled_attention = true;      // --no-tiled-attention: paged attention on the per-row kernel only
   bool gemm_library = true;         // --no-gemm-library: dense GEMMs on the plan's generated kernels
+  bool programmatic_launch = true;  // --no-programmatic-launch: kernels one after the other (cuda)
   bool tensor_core_linear = true;   // --no-tensor-core-linear: linear/logits on the CUDA-core GEMV only
   std::vector<int32_t> eos_ids;     // stop tokens; empty: the plan's generation defaults
 };

@@ -54,10 +54,15 @@ public:
       std::free(reinterpret_cast<void *>(p));
   }
 
-  llmrt::StatusOr<int> version() override { return 13000; }
+  llmrt::StatusOr<int> version() override { return version_; }
   llmrt::StatusOr<std::vector<cuda::DeviceInfo>> devices() override {
-    return std::vector<cuda::DeviceInfo>{{0, "Host emulation", 9, 0, memory_}};
+    return std::vector<cuda::DeviceInfo>{{0, "Host emulation", ccMajor_, ccMinor_, memory_}};
   }
+  /// What the emulated device and driver report (default: compute capability 9.0, CUDA 13.0,
+  /// programmatic dependent launch).
+  void setDevice(int ccMajor, int ccMinor) { ccMajor_ = ccMajor, ccMinor_ = ccMinor; }
+  void setVersion(int version) { version_ = version; }
+  void setProgrammaticLaunch(bool on) { programmatic_ = on; }
   llmrt::Status use_device(int ordinal) override {
     return ordinal == 0 ? llmrt::ok_status() : llmrt::invalid_argument("no device");
   }
@@ -79,17 +84,20 @@ public:
   }
   llmrt::Status copy_to_device(cuda::DevicePtr dst, const void *src, uint64_t bytes) override {
     RETURN_IF_ERROR(notCapturing("copy_to_device"));
+    afterLaunch_ = false;
     RETURN_IF_ERROR(inside(dst, bytes));
     std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
     return llmrt::ok_status();
   }
   llmrt::Status copy_to_host(void *dst, cuda::DevicePtr src, uint64_t bytes) override {
     RETURN_IF_ERROR(notCapturing("copy_to_host"));
+    afterLaunch_ = false;
     RETURN_IF_ERROR(inside(src, bytes));
     std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
     return llmrt::ok_status();
   }
   llmrt::Status copy_on_device(cuda::DevicePtr dst, cuda::DevicePtr src, uint64_t bytes) override {
+    afterLaunch_ = false;
     RETURN_IF_ERROR(inside(dst, bytes));
     RETURN_IF_ERROR(inside(src, bytes));
     std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
@@ -105,6 +113,7 @@ public:
         if (ptx && std::memcmp(bytes->data(), image, bytes->size()) != 0)
           continue;
         (void)size;
+        loadingGridDependency_ = im->grid_dependency_control();
         return build(*k);
       }
     return llmrt::invalid_argument("emulated load_module: the image is not one of the plan's");
@@ -121,6 +130,7 @@ public:
     auto *m = static_cast<Module *>(fn);
     if (grid == 0 || block[0] != m->block || block[1] != 1 || block[2] != 1 || shared != 0)
       return llmrt::invalid_argument("emulated launch of " + m->entry + ": bad geometry");
+    afterLaunch_ = true;
     if (capturing_) { // recorded with its parameter values (8-byte slots, as the executor passes)
       Recorded r;
       r.module = m;
@@ -137,6 +147,22 @@ public:
     m->run(params, std::min(grid, 4u), static_cast<unsigned>(m->block));
     return llmrt::ok_status();
   }
+  bool has_programmatic_launch() override { return programmatic_; }
+  /// As launch(), counted; refused unless the driver offers it, the kernel's image waits on
+  /// griddepcontrol (sm_90+, the plan's grid_dependency_control) and the stream's last operation
+  /// was a kernel launch (the executor's rule: never after a copy, an event or library work).
+  llmrt::Status launch_programmatic(cuda::FunctionHandle fn, unsigned grid, const int block[3], unsigned shared,
+                                    void **params) override {
+    auto *m = static_cast<Module *>(fn);
+    if (!programmatic_ || !m->gridDependency || !afterLaunch_)
+      return llmrt::internal_error("emulated programmatic launch of " + m->entry + ": " +
+                                   (!programmatic_        ? "the driver has none"
+                                    : !m->gridDependency ? "its image does not wait on griddepcontrol"
+                                                         : "not right after a kernel launch"));
+    ++overlappedLaunches_;
+    return launch(fn, grid, block, shared, params);
+  }
+  int overlappedLaunches() const { return overlappedLaunches_; }
   llmrt::Status synchronize() override { return llmrt::ok_status(); }
 
   llmrt::Status begin_capture() override {
@@ -145,6 +171,7 @@ public:
     if (capturing_)
       return llmrt::invalid_argument("emulated begin_capture: already capturing");
     capturing_ = true;
+    afterLaunch_ = false;
     recording_.clear();
     return llmrt::ok_status();
   }
@@ -157,6 +184,7 @@ public:
   }
   llmrt::Status launch_graph(cuda::GraphHandle g) override {
     RETURN_IF_ERROR(notCapturing("launch_graph"));
+    afterLaunch_ = false;
     ++graphLaunches_;
     for (Recorded &r : *static_cast<std::vector<Recorded> *>(g)) {
       if (r.host) { // work a library enqueued on the stream
@@ -182,6 +210,7 @@ public:
   }
   llmrt::Status record_event(cuda::EventHandle e) override {
     RETURN_IF_ERROR(notCapturing("record_event"));
+    afterLaunch_ = false;
     *static_cast<int64_t *>(e) = llmrt::Profiler::now_ns();
     ++eventRecords_;
     return llmrt::ok_status();
@@ -197,6 +226,7 @@ public:
   /// Work a library enqueues on the stream (cuBLASLt's kernels): run now, or recorded into the
   /// graph being captured and run at each replay, in order with the kernel launches.
   void enqueue(std::function<void()> work) {
+    afterLaunch_ = false;
     if (capturing_) {
       Recorded r;
       r.host = std::move(work);
@@ -226,6 +256,7 @@ private:
     std::string entry;
     int block = 0;
     unsigned arity = 0; // kernel parameters
+    bool gridDependency = false; // the loaded image's grid_dependency_control
     void (*run)(void **, unsigned, unsigned) = nullptr;
   };
   struct Recorded {
@@ -320,6 +351,7 @@ private:
     m->block = k.block_dim()->Get(0);
     m->run = reinterpret_cast<void (*)(void **, unsigned, unsigned)>(dlsym(h, "llmc_launch"));
     m->arity = reinterpret_cast<unsigned (*)()>(dlsym(h, "llmc_arity"))();
+    m->gridDependency = loadingGridDependency_;
     modules_.push_back(std::move(m));
     return static_cast<cuda::ModuleHandle>(modules_.back().get());
   }
@@ -338,6 +370,9 @@ private:
   int linearTensorCoreLaunches_ = 0;
   int toBf16Launches_ = 0;
   bool events_ = true;
+  int ccMajor_ = 9, ccMinor_ = 0, version_ = 13000;
+  bool programmatic_ = true, afterLaunch_ = false, loadingGridDependency_ = false;
+  int overlappedLaunches_ = 0;
   std::vector<std::unique_ptr<int64_t>> eventTimes_;
   int eventRecords_ = 0;
 };
@@ -722,6 +757,67 @@ TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {
       EXPECT_EQ(driver.graphLaunches(), 0);
       EXPECT_EQ(gpu->warnings().empty(), mode == 1);
     }
+  }
+}
+
+// Programmatic dependent launch: on compute capability 9.0+ under a CUDA 12.3+ driver with
+// cuLaunchKernelEx, every step's kernel that follows another of the plan's kernels is launched
+// overlapped with it (its sm_90 image waits on griddepcontrol, the plan says so); the first
+// kernel of a forward (after the input copies) and every kernel of a profiled forward are not.
+// The emulated driver refuses an overlapped launch that breaks these rules.
+TEST(CudaExecutor, KernelsAfterKernelsLaunchOverlappedOnSm90) {
+  TempDir dir;
+  const std::string path = compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                                       "--target sm_80,sm_90 --no-tensor-cores");
+  auto plan = llmrt::Plan::open(path);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  // The same plan as if an older toolkit (12.2) had built it, so that a 12.2 driver may run it
+  // but not capture programmatic launches in a graph (which needs 12.3).
+  const std::string bytes = llmc::testing::readFile(path);
+  std::vector<uint8_t> copy(bytes.begin(), bytes.end());
+  const auto *header = reinterpret_cast<const llmrt::PlanFileHeader *>(copy.data());
+  ASSERT_TRUE(llmrt::fb::GetMutablePlan(copy.data() + header->flatbuffer_offset)->mutate_cuda_min_driver_version(12020));
+  auto oldPlan = llmrt::Plan::from_bytes(copy.data(), copy.size());
+  ASSERT_TRUE(oldPlan.ok()) << oldPlan.status().to_string();
+  for (const llmrt::fb::Kernel *k : *(*plan)->fb().kernels())
+    for (const llmrt::fb::KernelImage *im : *k->images())
+      EXPECT_EQ(im->grid_dependency_control(), im->target()->str() == "sm_90")
+          << k->name()->str() << " " << im->target()->str();
+  enum Mode { kOn, kOff, kNoDriverSupport, kAmpere, kOldDriver, kProfiled };
+  for (Mode mode : {kOn, kOff, kNoDriverSupport, kAmpere, kOldDriver, kProfiled}) {
+    SCOPED_TRACE(mode);
+    const llmrt::Plan &pl = mode == kOldDriver ? **oldPlan : **plan;
+    EmulatedDriver driver(pl.fb(), uint64_t{1} << 30);
+    if (mode == kNoDriverSupport)
+      driver.setProgrammaticLaunch(false);
+    if (mode == kAmpere)
+      driver.setDevice(8, 6); // loads the sm_80 CUBIN, which has no griddepcontrol
+    if (mode == kOldDriver)
+      driver.setVersion(12020); // graphs cannot capture programmatic launches before 12.3
+    auto ex = makeExecutors(pl, driver, 32, 4, 16, true, true,
+                            [&](cuda::CudaExecutorOptions &o) { o.programmatic_launch = mode != kOff; });
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    auto &gpu = ex->gpu;
+    const bool on = mode == kOn || mode == kProfiled;
+    EXPECT_EQ(gpu->programmatic_launch(), on);
+    EXPECT_EQ(gpu->overlapped_kernels(), on ? gpu->launches_per_step() : 0);
+    llmrt::Profiler profiler;
+    if (mode == kProfiled)
+      gpu->set_profiler(&profiler);
+    const int V = ex->V, bs = ex->bs, mb = 4;
+    ex->compare(makeStep({bs + 2, 5}, {bs + 2, 5}, bs, mb, V, 1), 1e-4); // prefill
+    if (!on) { // (emulation is slow: the modes that launch plainly run one step)
+      EXPECT_EQ(driver.launches(), gpu->launches_per_step());
+      EXPECT_EQ(driver.overlappedLaunches(), 0);
+      continue;
+    }
+    ex->compare(makeStep({bs + 3, 6}, {1, 1}, bs, mb, V, 2), 1e-4); // decode (a graph unless profiled)
+    ex->compare(makeStep({bs + 4, 7}, {1, 1}, bs, mb, V, 3), 1e-4); // its replay
+    EXPECT_EQ(driver.launches(), 3 * gpu->launches_per_step());
+    // All but the first kernel of the prefill and of the captured decode (the replay reruns the
+    // capture's launches without launching anew); profiled steps launch plainly, to time each kernel.
+    const int overlapped = 2 * (gpu->launches_per_step() - 1);
+    EXPECT_EQ(driver.overlappedLaunches(), mode == kOn ? overlapped : 0);
   }
 }
 

@@ -320,6 +320,25 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       EXPECT_LE(image.resources.spillBytes, gemv ? 32u : 0u);
       if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
+      // Programmatic dependent launch (plan KernelImage.grid_dependency_control): on sm_90 the
+      // entry waits on griddepcontrol once, before its first memory access other than its
+      // parameters; sm_80 has no such instruction.
+      const size_t wait = image.ptx.find("griddepcontrol.wait");
+      if (sm == 80) {
+        EXPECT_EQ(wait, std::string::npos);
+        EXPECT_FALSE(contains(image.ptx, "griddepcontrol"));
+        continue;
+      }
+      ASSERT_NE(wait, std::string::npos) << "no griddepcontrol.wait in the sm_90 PTX";
+      EXPECT_EQ(image.ptx.find("griddepcontrol.wait", wait + 1), std::string::npos) << "more than one wait";
+      EXPECT_TRUE(contains(image.ptx.substr(wait), "griddepcontrol.launch_dependents"));
+      const std::string before = image.ptx.substr(image.ptx.find(".entry "), wait - image.ptx.find(".entry "));
+      for (const std::regex access : {std::regex("\\bld\\.(?!param)"), std::regex("\\bst\\."),
+                                      std::regex("\\bcp\\.async"), std::regex("\\batom\\."),
+                                      std::regex("\\bred\\."), std::regex("\\bldmatrix"),
+                                      std::regex("\\bbar\\.")})
+        EXPECT_FALSE(std::regex_search(before, access)) << "memory accessed before griddepcontrol.wait:\n"
+                                                        << before;
     }
   }
 }

@@ -42,8 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (reader.ok()) {
     auto& r = **reader;
     // The file size bounds the shape (a header promising more data than the file has fails).
-    if (r.rows() < 0 || r.cols() < 0 || r.cols() > static_cast<int64_t>(size)) std::abort();
-    std::vector<float> row(static_cast<size_t>(r.cols()));
+    // With no rows the width is only a number in the header: nothing is allocated or read.
+    if (r.rows() < 0 || r.cols() < 0 || (r.rows() > 0 && r.cols() > static_cast<int64_t>(size))) std::abort();
+    std::vector<float> row(static_cast<size_t>(r.rows() > 0 ? r.cols() : 0));
     int64_t got = 0;
     while (got < r.rows() && got < 64 && r.read_row(row).ok()) ++got;
     if (got == r.rows() && r.read_row(row).ok()) std::abort();  // past the last row

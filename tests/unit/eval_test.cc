@@ -243,6 +243,11 @@ TEST(Npy, ZeroSizedArrays) {
   ASSERT_TRUE(none.ok()) << none.status().to_string();
   std::vector<float> row(7);
   EXPECT_EQ((*none)->read_row(row).code(), StatusCode::kOutOfRange);
+  // No rows and an absurd width (fuzz.npy, CI of 2026-12-04): the width is never allocated.
+  write("{'descr': '<f2', 'fortran_order': False, 'shape': (0, 755555555555), }");
+  auto wide = NpyRowReader::open(path);
+  ASSERT_TRUE(wide.ok()) << wide.status().to_string();
+  EXPECT_EQ((*wide)->read_row(row).code(), StatusCode::kOutOfRange);
   std::remove(path.c_str());
 }
 

@@ -15,7 +15,8 @@
 #   bench      llmrt bench on Llama-3-8B shapes (int4-g128, bf16): prefill 512/2048, decode at
 #              batch 1 and 32, next to the bandwidth bound (weight bytes per token / bandwidth)
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
-#   graphs     batch-1 decode without CUDA graphs (what graphs save)
+#   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
+#              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
 #   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
 #   prefill    prefill without tensor cores, with per-row attention, bf16 without cuBLASLt
 #   depth      batch-1 decode after a 3968-token prompt (flash-decoding)
@@ -225,6 +226,8 @@ if stage graphs 50; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
     bench_case "$plan, batch-1 decode launched kernel by kernel (--no-cuda-graphs):" "$plan" 100 \
       --pp 0 --tg 64 --batch 0 -r 2 --no-cuda-graphs
+    bench_case "$plan, batch-1 and batch-32 decode, each kernel after the previous one ends (--no-programmatic-launch):" \
+      "$plan" 100 --pp 0 --tg 64 --batch 32 -r 2 --no-programmatic-launch
   done
 fi
 

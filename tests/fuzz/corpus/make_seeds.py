@@ -85,6 +85,8 @@ def main(out: str) -> None:
     # Zero-sized arrays (a [3, 0] array once reached memcpy with a null buffer).
     np.save(os.path.join(out, "npy", "logprobs_zero_cols.npy"), np.zeros((3, 0), np.float32))
     np.save(os.path.join(out, "npy", "token_ids_empty.npy"), np.zeros((0,), np.int32))
+    # No rows and a width no file could hold (once allocated as a 1.5 TB row buffer).
+    np.save(os.path.join(out, "npy", "logprobs_zero_rows_wide.npy"), np.zeros((0, 755555555555), np.float16))
 
     rng = np.random.default_rng(6)
     save_file({"a": rng.standard_normal((4, 8)).astype(np.float32),
