@@ -25,19 +25,13 @@ constexpr const char *kTemplate = R"cuda(// llmc kernel: to_bf16, width=${K}
 // y[t, j] = bf16(x[t, j]), round to nearest even (bit patterns as unsigned short).
 // Params: (const float *x, unsigned short *y, int T)
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
-namespace {
+${CONVERSIONS}namespace {
 constexpr int kK = ${K};
 constexpr int kBlock = ${BLOCK};
 constexpr bool kVector = kK % 4 == 0;
 struct alignas(16) F32x4 { float v[4]; };
 struct alignas(8) Bf16x4 { unsigned short v[4]; };
 
-__device__ __forceinline__ unsigned short toBf16(float f) {
-  const unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, quiet
-    return (unsigned short)((u >> 16) | 0x0040u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(kBlock)
@@ -50,12 +44,12 @@ ${ENTRY}(const float *__restrict__ x, unsigned short *__restrict__ y, int T) {
         Bf16x4 o;
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          o.v[i] = toBf16(v.v[i]);
+          o.v[i] = floatToBf16(v.v[i]);
         *reinterpret_cast<Bf16x4 *>(y + base + j) = o;
       }
     } else {
       for (int j = threadIdx.x; j < kK; j += kBlock)
-        y[base + j] = toBf16(x[base + j]);
+        y[base + j] = floatToBf16(x[base + j]);
     }
   }
 }
@@ -67,7 +61,9 @@ llmrt::StatusOr<KernelSpec> emitToBf16Kernel(int64_t width) {
   if (width <= 0 || width > detail::kMaxDim)
     return llmrt::invalid_argument("to_bf16: width " + std::to_string(width) + " outside [1, 2^24]");
   const int block = detail::elementwiseBlockSize(width % 4 == 0 ? width / 4 : width);
-  std::string body = detail::substitute(kTemplate, {{"K", std::to_string(width)}, {"BLOCK", std::to_string(block)}});
+  std::string body = detail::substitute(kTemplate, {{"K", std::to_string(width)},
+                                                   {"BLOCK", std::to_string(block)},
+                                                   {"CONVERSIONS", detail::kFloatConversions}});
   return detail::finishSpec("to_bf16", "llm_to_bf16_k" + std::to_string(width), body, block, "rows");
 }
 

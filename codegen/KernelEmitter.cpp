@@ -426,21 +426,50 @@ FailureOr<std::optional<KernelSpec>> emitBatchedKernel(Operation *op) {
   return std::optional<KernelSpec>(std::move(*spec));
 }
 
+namespace {
+// A weight storage that is neither dense nor empty (a quantized format in the cuda_mma_n8 layout).
+bool quantizedStorage(const std::string &w) { return !w.empty() && w != "f32" && w != "f16" && w != "bf16"; }
+} // namespace
+
 bool usesGemmLibrary(Operation *op) {
   if (op->getName().getStringRef() != "llm.linear" || !hasKernel(op))
     return false;
+  const std::string w = weightStorage(op, op->getOperand(1));
+  const bool quantized = quantizedStorage(w);
   if (ModuleOp module = op->getParentOfType<ModuleOp>()) {
     if (auto tc = module->getAttrOfType<BoolAttr>("llm.gpu_tensor_cores"); tc && !tc.getValue())
       return false;
-    if (auto g = module->getAttrOfType<StringAttr>("llm.gpu_dense_gemm"); g && g.getValue() == "generated")
+    const char *choice = quantized ? "llm.gpu_quant_gemm" : "llm.gpu_dense_gemm";
+    if (auto g = module->getAttrOfType<StringAttr>(choice); g && g.getValue() == "generated")
       return false;
   }
+  return w == "bf16" || w == "f32" || quantized;
+}
+
+int libraryMinRows(Operation *op) {
+  return quantizedStorage(weightStorage(op, op->getOperand(1))) ? kQuantLibraryMinRows : batchedMinRows(op);
+}
+
+FailureOr<std::optional<KernelSpec>> emitLibraryWeightKernel(Operation *op) {
+  if (!usesGemmLibrary(op))
+    return std::optional<KernelSpec>();
   const std::string w = weightStorage(op, op->getOperand(1));
-  return w == "bf16" || w == "f32";
+  if (!quantizedStorage(w))
+    return std::optional<KernelSpec>();
+  auto shape = shapeOf(op, op->getOperand(1), "weight", 2, Elem::F32, /*rowsStatic=*/true);
+  if (failed(shape))
+    return failure();
+  FailureOr<KernelSpec> spec = fromStatus(op, emitDequantBf16Kernel(w, (*shape)[0], (*shape)[1]));
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
 }
 
 FailureOr<std::optional<KernelSpec>> emitLibraryInputKernel(Operation *op) {
-  if (!usesGemmLibrary(op) || weightStorage(op, op->getOperand(1)) != "bf16")
+  if (!usesGemmLibrary(op))
+    return std::optional<KernelSpec>();
+  const std::string w = weightStorage(op, op->getOperand(1));
+  if (w != "bf16" && !quantizedStorage(w))
     return std::optional<KernelSpec>();
   auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
   if (failed(x))

@@ -56,17 +56,25 @@ mlir::FailureOr<std::optional<KernelSpec>> emitBatchedKernel(mlir::Operation *op
 /// step over quantized weights, else kTensorCoreMinRows.
 int batchedMinRows(mlir::Operation *op);
 
-/// Whether steps of `op` of batchedMinRows(op) rows or more call a dense GEMM library
+/// Whether steps of `op` of libraryMinRows(op) rows or more call a dense GEMM library
 /// (cuBLASLt, loaded by the runtime) instead of the generated tensor-core kernel, which the plan
 /// keeps as the fallback: llm.linear with dense bf16 or f32 weights, unless the module says
-/// llm.gpu_tensor_cores = false or llm.gpu_dense_gemm = "generated". f16 weights stay on the
+/// llm.gpu_tensor_cores = false or llm.gpu_dense_gemm = "generated"; llm.linear with quantized
+/// weights in the cuda_mma_n8 layout (dequantized to bf16 for the call), unless
+/// llm.gpu_tensor_cores = false or llm.gpu_quant_gemm = "generated". f16 weights stay on the
 /// generated kernels (their library path would round the f32 activations to f16, whose range
-/// they may exceed), as do quantized ones (weight-only formats the library does not read).
+/// they may exceed).
 bool usesGemmLibrary(mlir::Operation *op);
+/// The fewest rows at which a library step calls the library: kQuantLibraryMinRows for quantized
+/// weights, else batchedMinRows(op).
+int libraryMinRows(mlir::Operation *op);
 /// The kernel writing a library step's input in the library's operand type: to_bf16 for bf16
-/// weights; none for f32 weights (the library reads f32 with TF32 tensor cores) or steps that
-/// do not use the library.
+/// and quantized weights; none for f32 weights (the library reads f32 with TF32 tensor cores) or
+/// steps that do not use the library.
 mlir::FailureOr<std::optional<KernelSpec>> emitLibraryInputKernel(mlir::Operation *op);
+/// The kernel writing a library step's weight in the library's operand type: dequant_bf16 for
+/// quantized weights; none for dense ones or steps that do not use the library.
+mlir::FailureOr<std::optional<KernelSpec>> emitLibraryWeightKernel(mlir::Operation *op);
 
 } // namespace llmc
 

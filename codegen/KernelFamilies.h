@@ -91,6 +91,21 @@ inline constexpr int kTensorCoreMinRows = 16;
 /// 512 rows the tiles prefill 1031 tok/s against 729. Decode batches of up to 32 rows keep the GEMV.
 inline constexpr int kQuantTensorCoreMinRows = 33;
 
+/// dequant_bf16: a quantized weight [n, k] in the cuda_mma_n8 layout written out as the bf16
+/// [n, k] row-major matrix a GEMM library multiplies (Step.library_weight_kernel): each element
+/// its exact dequantized value (quant_format.h) rounded to nearest even. Params
+/// (const unsigned char *w, unsigned short *out, int T); the runtime launches it with T = n
+/// (the grid rule counts weight rows).
+llmrt::StatusOr<KernelSpec> emitDequantBf16Kernel(const std::string &weight, int64_t n, int64_t k);
+/// Rows from which a linear step over quantized weights calls the GEMM library (its weight
+/// dequantized to bf16, then cuBLASLt), when the plan gives it one (`llmc compile --quant-gemm`).
+/// Estimated from the H200 run of 2026-12-04 (Llama-3-8B shapes, int4-g128), not yet measured
+/// with this path: the GEMV costs one weight pass per 4 rows (batch 1: 6.1 ms a step, batch 32:
+/// 52 ms), the library path about a bf16 step (9 ms at 32 rows) plus the dequantization (~0.5 +
+/// 2 bytes per weight moved, ~5 ms): it wins from about 8 rows on the measured GEMV; 16 leaves
+/// room for a faster one.
+inline constexpr int kQuantLibraryMinRows = 16;
+
 /// The paged KV cache as the kernels see it (PROGRAM.md: per layer K and V
 /// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32", or "int8": codes
 /// in that shape plus one f32 scale per [block, head, slot], passed after the caches).

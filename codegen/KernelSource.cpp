@@ -130,8 +130,7 @@ __device__ __forceinline__ void mmaTf32(float acc[4], const unsigned a[4], const
 } // namespace
 )cuda";
 
-namespace {
-constexpr const char *kFloatConversions = R"cuda(namespace {
+const char *const kFloatConversions = R"cuda(namespace {
 // IEEE half -> float, exact (no cuda_fp16.h: sources are self-contained): the conversion
 // instruction on the GPU (the bit-level form, which ptxas kept as ~12 instructions and two
 // branches, made every f16 scale of a quantized GEMV cost as much as its 8 weights), the same
@@ -156,6 +155,15 @@ __device__ __forceinline__ float halfToFloat(unsigned h) {
 __device__ __forceinline__ float bf16ToFloat(unsigned h) {
   return __uint_as_float(h << 16);
 }
+// float -> bf16 bits, round to nearest, ties to even (as __float2bfloat16_rn and the CPU
+// backend round); NaN stays NaN (quiet), infinities stay infinite, values past bf16's largest
+// finite round to infinity as IEEE rounding does.
+__device__ __forceinline__ unsigned short floatToBf16(float f) {
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, quiet
+    return (unsigned short)((u >> 16) | 0x0040u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 // 16 bytes, for one vector load (ld.global.v4) where the address is 16-byte aligned.
 struct alignas(16) Vec16 {
   unsigned u[4];
@@ -169,6 +177,8 @@ __device__ __forceinline__ void loadFloat4(const float *p, float out[4]) {
 }
 } // namespace
 )cuda";
+
+namespace {
 
 constexpr const char *kDenseConstants = R"cuda(namespace {
 constexpr int kWeightType = ${WEIGHT_TYPE}; // 0 f16, 1 bf16, 2 f32

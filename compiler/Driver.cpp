@@ -219,6 +219,10 @@ llmrt::Status compile(const CompileOptions &opts) {
     return llmrt::invalid_argument("--dense-gemm '" + opts.denseGemm + "': expected cublaslt or generated");
   if (opts.denseGemm == "generated") // read by codegen (KernelEmitter.h): no GEMM library steps
     (*module)->setAttr("llm.gpu_dense_gemm", mlir::StringAttr::get(&context, "generated"));
+  if (opts.quantGemm != "cublaslt" && opts.quantGemm != "generated")
+    return llmrt::invalid_argument("--quant-gemm '" + opts.quantGemm + "': expected cublaslt or generated");
+  if (opts.quantGemm == "generated") // the same for linear steps over quantized weights
+    (*module)->setAttr("llm.gpu_quant_gemm", mlir::StringAttr::get(&context, "generated"));
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;

@@ -30,6 +30,7 @@ struct CompileOptions {
   bool tensorCores = true;  // --no-tensor-cores: GPU linear kernels stay on the f32 CUDA-core path  // --weight-dtype: storage of matrices not quantized
   std::string weightLayout = "interleaved8";  // --weight-layout
   std::string denseGemm = "cublaslt";  ///< --dense-gemm: cublaslt | generated
+  std::string quantGemm = "cublaslt";  ///< --quant-gemm: cublaslt | generated
   std::string cpuKernels = "fast";    ///< reference | fast
   std::string kvCacheDtype = "f32";   ///< f32 | int8
   /// --synthetic-weights SEED: modelPath is a config.json (or its folder); the plan holds no

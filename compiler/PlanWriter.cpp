@@ -318,22 +318,29 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
     ASSIGN_OR_RETURN(int batched, batchedKernelFor(op));
     // Dense GEMMs of big steps through cuBLASLt (the batched kernel stays as the fallback).
     fb::GemmLibrary library = fb::GemmLibrary::None;
-    int libraryInput = -1;
+    int libraryInput = -1, libraryWeight = -1, libraryRows = 0;
     if (!opts.targets.empty() && batched >= 0 && usesGemmLibrary(op)) {
       library = fb::GemmLibrary::CublasLt;
       FailureOr<std::optional<KernelSpec>> input = emitLibraryInputKernel(op);
-      if (failed(input))
+      FailureOr<std::optional<KernelSpec>> weight = emitLibraryWeightKernel(op);
+      if (failed(input) || failed(weight))
         return error(op, "kernel emission failed");
       if (*input) {
         ASSIGN_OR_RETURN(libraryInput, addKernel(**input));
       }
+      if (*weight) {
+        ASSIGN_OR_RETURN(libraryWeight, addKernel(**weight));
+      }
+      if (libraryMinRows(op) != batchedMinRows(op))
+        libraryRows = libraryMinRows(op);
     }
     std::string loc;
     llvm::raw_string_ostream os(loc);
     op->getLoc().print(os);
     steps.push_back(fb::CreateStepDirect(fbb, kind, &inputs, &outputs, &weights, &params,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
-                                         batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput));
+                                         batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput,
+                                         libraryWeight, libraryRows));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

@@ -162,6 +162,12 @@ int main(int argc, char **argv) {
                       "libcublasLt at run time, bf16 x bf16 or TF32 with f32 accumulation, the generated "
                       "kernel as fallback) or generated (the plan's TF32 tensor-core kernels)")
       ->check(CLI::IsMember({"cublaslt", "generated"}));
+  compile->add_option("--quant-gemm", copts.quantGemm,
+                      "GPU linear steps of 16+ rows with quantized weights (cuda-mma layout): cublaslt "
+                      "(default; the weight dequantized to a bf16 buffer, then a bf16 x bf16 cuBLASLt GEMM "
+                      "with f32 accumulation; the generated kernels as fallback) or generated (the plan's "
+                      "GEMV up to 32 rows, TF32 tensor-core tiles from 33)")
+      ->check(CLI::IsMember({"cublaslt", "generated"}));
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
                       "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "

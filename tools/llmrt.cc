@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   run->add_flag("--no-cuda-graphs", no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   run->add_flag("--no-tensor-core-linear", no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
   run->add_flag("--no-programmatic-launch", no_programmatic_launch, "on cuda (compute capability 9.0+): launch each kernel after the previous one ends, not overlapped with it (programmatic dependent launch), to compare");
-  run->add_flag("--no-gemm-library", no_gemm_library, "on cuda: dense linear steps the plan gives to cuBLASLt run its generated tensor-core kernels instead");
+  run->add_flag("--no-gemm-library", no_gemm_library, "on cuda: linear steps the plan gives to cuBLASLt (dense, or quantized and dequantized to bf16) run its generated kernels instead");
   run->add_flag("--no-tiled-attention", no_tiled_attention, "on cuda: paged attention on the per-row kernel in every step (not the plan's tiled prefill kernel)");
   run->add_option("--step-tokens", step_tokens, "tokens per forward step: prompts are prefilled in chunks of this many")
       ->capture_default_str();

@@ -19,10 +19,12 @@ struct CudaExecutor::Step {
   std::string kernels;  // for profiles: "n4096_k4096_bf16 (tc from 16 rows)"
   uint64_t weight_bytes = 0;  // read whole per call (step_weight_bytes), for profiles
   // A dense linear the plan gives to the GEMM library: wanted (the plan asks), library (it
-  // loaded: steps of batched_min_rows rows or more call it), its shape and input conversion.
+  // loaded: steps of library_min_rows rows or more call it), its shape and conversions.
   bool wants_library = false, library = false;
+  int library_min_rows = 0;  // the fewest rows at which it calls the library
   GemmShape gemm;
-  Launch to_bf16;  // kernel -1: the library reads the f32 input
+  Launch to_bf16;   // kernel -1: the library reads the f32 input
+  Launch dequant;   // kernel -1: the library reads the weight as stored (else dequant_bf16's copy)
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -174,18 +176,17 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
       for (Step& st : steps_) {
         if (!st.wants_library) continue;
         st.library = true;
-        library_min_rows_ = std::min(library_min_rows_, st.batched_min_rows);
+        library_min_rows_ = std::min(library_min_rows_, st.library_min_rows);
         st.kernels = st.kernels.substr(0, st.kernels.find(" (")) + " (" + short_name + " from " +
-                     std::to_string(st.batched_min_rows) + " rows)";
+                     std::to_string(st.library_min_rows) + " rows)";
       }
     } else {
       warnings_.push_back("GEMM library unavailable (" +
                           (lib.ok() ? std::string("none loaded") : std::string(lib.status().message())) + "): " +
-                          std::to_string(wanted) + " dense linear steps run the plan's generated tensor-core kernels");
+                          std::to_string(wanted) + " linear steps run the plan's generated kernels");
     }
   } else if (wanted > 0) {
-    warnings_.push_back(std::to_string(wanted) +
-                        " dense linear steps run the plan's generated tensor-core kernels, not cuBLASLt (as asked)");
+    warnings_.push_back(std::to_string(wanted) + " linear steps run the plan's generated kernels, not cuBLASLt (as asked)");
   }
 
   // 4. Memory: the plan's budget, then the KV blocks (all that is left, or the number asked).
@@ -247,8 +248,11 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   }
   if (library_) {
     RETURN_IF_ERROR(allocate(library_->workspace_bytes(), &library_work_));
-    if (library_bytes > library_->workspace_bytes())
-      RETURN_IF_ERROR(allocate(library_bytes - library_->workspace_bytes(), &library_input_));
+    // The input copy, then the dequantized weight (gemm_library_bytes' order).
+    const uint64_t weight = gemm_library_weight_bytes(p);
+    if (library_bytes > library_->workspace_bytes() + weight)
+      RETURN_IF_ERROR(allocate(library_bytes - library_->workspace_bytes() - weight, &library_input_));
+    if (weight > 0) RETURN_IF_ERROR(allocate(weight, &library_weight_));
   }
   RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
   table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
@@ -283,6 +287,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     all.push_back(&st.main);
     if (st.batched.kernel >= 0) all.push_back(&st.batched);
     if (st.library && st.to_bf16.kernel >= 0) all.push_back(&st.to_bf16);
+    if (st.library && st.dequant.kernel >= 0) all.push_back(&st.dequant);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
   for (Launch* l : all) {
@@ -382,12 +387,16 @@ Status CudaExecutor::decode(const Plan& plan) {
     st.weights = trimmed(s.weights());
     if (s.gemm_library() != fb::GemmLibrary::None && st.batched.kernel >= 0) {  // a linear (checked)
       const fb::Tensor* w = st.weights.empty() ? nullptr : p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
-      if (!w || !w->shape() || w->shape()->size() != 2 || (w->quant() && w->quant()->size() > 0) ||
-          (w->dtype() != fb::DType::BF16 && w->dtype() != fb::DType::F32))
-        return invalid_argument(st.where + ": a GEMM library step needs a dense bf16 or f32 weight [n, k]");
+      const bool quantized = w && w->quant() && w->quant()->size() > 0;
+      if (!w || !w->shape() || w->shape()->size() != 2 ||
+          (quantized ? s.library_weight_kernel() < 0
+                     : s.library_weight_kernel() >= 0 || (w->dtype() != fb::DType::BF16 && w->dtype() != fb::DType::F32)))
+        return invalid_argument(st.where + ": a GEMM library step needs a dense bf16 or f32 weight [n, k], or a "
+                                           "quantized one with its dequant_bf16 kernel");
       st.gemm.n = w->shape()->Get(0);
       st.gemm.k = w->shape()->Get(1);
-      st.gemm.input = w->dtype() == fb::DType::BF16 ? GemmInput::kBf16 : GemmInput::kTf32;
+      st.gemm.input = quantized || w->dtype() == fb::DType::BF16 ? GemmInput::kBf16 : GemmInput::kTf32;
+      st.library_min_rows = s.library_min_rows() > 0 ? s.library_min_rows() : st.batched_min_rows;
       st.gemm.bias = st.weights.size() > 1 && st.weights[1] >= 0;
       if (st.gemm.bias && p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[1]))->dtype() != fb::DType::F32)
         return invalid_argument(st.where + ": a GEMM library step's bias must be f32");
@@ -396,6 +405,7 @@ Status CudaExecutor::decode(const Plan& plan) {
                                 " weights " + (st.gemm.input == GemmInput::kBf16 ? "needs" : "takes no") +
                                 " to_bf16 input kernel");
       if (s.library_input_kernel() >= 0) RETURN_IF_ERROR(launch(s.library_input_kernel(), &st.to_bf16));
+      if (s.library_weight_kernel() >= 0) RETURN_IF_ERROR(launch(s.library_weight_kernel(), &st.dequant));
       st.wants_library = true;
     }
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
@@ -608,7 +618,20 @@ Status CudaExecutor::library_gemm(const Step& st, int rows, int* converted) {
     return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
                                                         : DevicePtr{0};
   };
-  return library_->matmul(st.gemm, rows, weight(0), x, weight(1), value_ptr(st.out[0]), library_work_)
+  DevicePtr w = weight(0);
+  if (st.dequant.kernel >= 0) {  // the quantized weight as a bf16 matrix, rewritten at every call
+    args_.assign({w, library_weight_, 0});
+    const int n = static_cast<int>(st.gemm.n);
+    std::memcpy(&args_[2], &n, sizeof(n));
+    params_.resize(3);
+    for (size_t i = 0; i < 3; ++i) params_[i] = &args_[i];
+    const int64_t grid = grid_size(st.dequant.rule, st.gemm.n, max_grid_);
+    RETURN_IF_ERROR(driver_->launch(st.dequant.fn, static_cast<unsigned>(grid), st.dequant.block, st.dequant.shared,
+                                    params_.data())
+                        .with_context("its dequant_bf16 weight kernel"));
+    w = library_weight_;
+  }
+  return library_->matmul(st.gemm, rows, w, x, weight(1), value_ptr(st.out[0]), library_work_)
       .with_context(library_name_);
 }
 
@@ -621,7 +644,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
   for (size_t index = 0; index < steps_.size(); ++index) {
     Step& st = steps_[index];
     if (timed && index > 0) RETURN_IF_ERROR(driver_->record_event(events_[index]));  // step index-1 done
-    if (st.library && T >= st.batched_min_rows && T > 0) {
+    if (st.library && T >= st.library_min_rows && T > 0) {
       Status called = library_gemm(st, T, &converted);
       after_ours = false;
       if (called.ok()) continue;

@@ -19,11 +19,12 @@
 // the graph of that size, captured on first use, launches the whole forward at once. Every kernel
 // reads the batch from device buffers at fixed addresses, so a captured graph stays valid.
 //
-// Dense linear steps the plan gives to a GEMM library (Step.gemm_library, gemm_library.h) call
-// cuBLASLt for steps of batched_min_rows rows or more (after the step's to_bf16 kernel wrote the
-// input in bf16, once for consecutive library steps reading the same value); when the library
-// does not load, or gemm_library is off, they run the plan's generated tensor-core kernel, with
-// a warning. Its workspace and the bf16 input copy are part of the memory plan.
+// Linear steps the plan gives to a GEMM library (Step.gemm_library, gemm_library.h) call
+// cuBLASLt for steps of library_min_rows rows or more (after the step's to_bf16 kernel wrote the
+// input in bf16, once for consecutive library steps reading the same value, and, for quantized
+// weights, its dequant_bf16 kernel wrote the weight in bf16); when the library does not load, or
+// gemm_library is off, they run the plan's generated kernels, with a warning. Its workspace, the
+// bf16 input copy and the bf16 weight buffer are part of the memory plan.
 //
 // All device calls go through cuda::Driver, so tests run this executor over a driver that
 // emulates the device on the host (tests/unit/cuda_executor_test.cc).
@@ -203,6 +204,7 @@ class CudaExecutor : public Executor {
   std::unique_ptr<GemmLibrary> library_;
   std::string library_name_;
   DevicePtr library_work_ = 0, library_input_ = 0;
+  DevicePtr library_weight_ = 0;  // a quantized library step's weight in bf16 (0: none)
   int library_min_rows_ = INT32_MAX;  // the fewest rows at which a step calls it
   // Profiling: the attached profiler and its events (one before the first step, one after each
   // step, one after the summary kernel), created when it is attached.

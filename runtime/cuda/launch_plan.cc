@@ -114,7 +114,28 @@ uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t libra
   }
   if (!any) return 0;
   const uint64_t copy = (widest * static_cast<uint64_t>(max_tokens) * 2 + 255) / 256 * 256;  // bf16
-  return library_workspace + copy;
+  return library_workspace + copy + gemm_library_weight_bytes(plan);
+}
+
+uint64_t gemm_library_weight_bytes(const fb::Plan& plan) {
+  const fb::Program* prog = nullptr;
+  if (plan.programs())
+    for (const fb::Program* p : *plan.programs())
+      if (p->name()->string_view() == "forward") prog = p;
+  if (!prog || !prog->steps() || !plan.tensors()) return 0;
+  uint64_t largest = 0;
+  for (const fb::Step* st : *prog->steps()) {
+    if (st->gemm_library() == fb::GemmLibrary::None || st->library_weight_kernel() < 0 || !st->weights() ||
+        st->weights()->size() == 0)
+      continue;
+    const int w = st->weights()->Get(0);
+    if (w < 0 || w >= static_cast<int>(plan.tensors()->size())) continue;
+    const fb::Tensor* t = plan.tensors()->Get(static_cast<flatbuffers::uoffset_t>(w));
+    if (!t->shape() || t->shape()->size() != 2 || t->shape()->Get(0) <= 0 || t->shape()->Get(1) <= 0) continue;
+    largest = std::max<uint64_t>(largest, static_cast<uint64_t>(t->shape()->Get(0)) *
+                                              static_cast<uint64_t>(t->shape()->Get(1)) * 2);
+  }
+  return (largest + 255) / 256 * 256;
 }
 
 StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,

@@ -43,9 +43,13 @@ int graph_bucket(const std::vector<int>& sizes, int n);
 uint64_t kernel_workspace_bytes(const fb::Plan& plan);
 
 /// The device memory of the steps that call a GEMM library (Step.gemm_library): the library's
-/// workspace plus one buffer holding the bf16 copy of a step's input (max_tokens rows of the
-/// widest input a to_bf16 kernel converts). 0 when no step calls one.
+/// workspace, one buffer holding the bf16 copy of a step's input (max_tokens rows of the widest
+/// input a to_bf16 kernel converts), then one holding a step's dequantized weight
+/// (gemm_library_weight_bytes). 0 when no step calls one.
 uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t library_workspace);
+/// The bf16 copy of the largest quantized weight a library step dequantizes
+/// (Step.library_weight_kernel: n * k * 2 bytes, 256-aligned); 0 when none.
+uint64_t gemm_library_weight_bytes(const fb::Plan& plan);
 
 struct DeviceMemoryPlan {
   uint64_t budget = 0;          // utilization * total device memory

@@ -154,6 +154,20 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
           return invalid_argument(where + ": its library input kernel is of family '" +
                                   (kernel->family() ? kernel->family()->str() : std::string()) + "'");
       }
+      if (const int k = step->library_weight_kernel(); k != -1) {
+        // A quantized weight dequantized to bf16 for the library, which then needs bf16 input.
+        if (step->gemm_library() == fb::GemmLibrary::None || k < 0 || k >= num_kernels ||
+            step->library_input_kernel() < 0)
+          return invalid_argument(where + ": library weight kernel index out of range, or without a library "
+                                          "and its bf16 input kernel");
+        const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+        if (!kernel->family() || kernel->family()->str() != "dequant_bf16")
+          return invalid_argument(where + ": its library weight kernel is of family '" +
+                                  (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+      }
+      if (step->library_min_rows() < 0 || (step->library_min_rows() > 0 && step->gemm_library() == fb::GemmLibrary::None))
+        return invalid_argument(where + ": library_min_rows " + std::to_string(step->library_min_rows()) +
+                                " is negative or without a library");
       if (step->params()) {
         const flatbuffers::String* prev = nullptr;
         for (const fb::Param* p : *step->params()) {

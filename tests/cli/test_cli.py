@@ -241,8 +241,10 @@ def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
 def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
     """Linear steps with dense bf16 or f32 weights go to cuBLASLt for steps of 16+ rows by
     default (--dense-gemm cublaslt), keeping their generated tensor-core kernel as the fallback;
-    --dense-gemm generated and --no-tensor-cores keep them on the generated kernels; f16 and
-    quantized weights never use the library. bf16 steps carry a to_bf16 input kernel."""
+    --dense-gemm generated and --no-tensor-cores keep them on the generated kernels; f16 weights
+    never use the library. bf16 steps carry a to_bf16 input kernel. Quantized weights (cuda-mma)
+    go to the library too (--quant-gemm cublaslt, the default), each with a dequant_bf16 weight
+    kernel and a to_bf16 input kernel; --quant-gemm generated keeps them on the generated ones."""
     import shutil
     from pathlib import Path
     if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
@@ -284,8 +286,17 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
     assert not re.search(rb"llm_to_bf16_k", f32_blob)
     f16, _ = program("f16", "--weight-dtype", "f16")
     assert f16["steps_with_gemm_library"] == 0, f16
-    gptq, _ = program("gptq", "--weight-layout", "cuda-mma", model=TINY.parent / "quant" / "gptq_4bit_desc_act")
-    assert gptq["ops"]["Linear"] > 0 and gptq["steps_with_gemm_library"] == 0, gptq
+    assert default["steps_with_dequantized_library_weight"] == f32["steps_with_dequantized_library_weight"] == 0
+    gptq_model = TINY.parent / "quant" / "gptq_4bit_desc_act"
+    gptq, gptq_blob = program("gptq", "--weight-layout", "cuda-mma", model=gptq_model)
+    assert gptq["ops"]["Linear"] > 0, gptq
+    assert gptq["steps_with_gemm_library"] == gptq["steps_with_dequantized_library_weight"] == gptq["ops"]["Linear"]
+    assert re.search(rb"llm_dequant_bf16_n\d+_k\d+_int4_g\d+_f16_\w+_mma8_[0-9a-f]{12}", gptq_blob)
+    assert re.search(rb"llm_to_bf16_k\d+_[0-9a-f]{12}", gptq_blob)
+    gptq_gen, gptq_gen_blob = program("gptq_gen", "--weight-layout", "cuda-mma", "--quant-gemm", "generated",
+                                      model=gptq_model)
+    assert gptq_gen["steps_with_gemm_library"] == gptq_gen["steps_with_dequantized_library_weight"] == 0, gptq_gen
+    assert not re.search(rb"llm_dequant_bf16_", gptq_gen_blob)
 
     # Without GPU targets nothing goes to the library (there is no GPU path at all).
     ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])
@@ -298,6 +309,9 @@ def test_dense_gemm_bad_value_is_a_clean_error(llmc, tmp_path):
     proc = run([llmc, "compile", TINY / "llama", "-o", out, "--target", "none", "--dense-gemm", "cutlass"])
     assert proc.returncode > 0, proc  # an exit code, not a signal
     assert "--dense-gemm" in proc.stderr and "cutlass" in proc.stderr, proc.stderr
+    proc = run([llmc, "compile", TINY / "llama", "-o", out, "--target", "none", "--quant-gemm", "marlin"])
+    assert proc.returncode > 0, proc
+    assert "--quant-gemm" in proc.stderr and "marlin" in proc.stderr, proc.stderr
     assert "cublaslt" in proc.stderr and "generated" in proc.stderr, proc.stderr  # says what is allowed
     assert "Traceback" not in proc.stderr and "terminate" not in proc.stderr, proc.stderr
     assert not out.exists()

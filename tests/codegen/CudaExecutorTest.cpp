@@ -249,6 +249,8 @@ public:
   /// step's input conversion).
   int linearTensorCoreLaunches() const { return linearTensorCoreLaunches_; }
   int toBf16Launches() const { return toBf16Launches_; }
+  /// Launches of dequant_bf16 kernels (a quantized GEMM library step's weight conversion).
+  int dequantLaunches() const { return dequantLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -273,6 +275,7 @@ private:
     tiledAttentionLaunches_ += tc && m.entry.rfind("llm_paged_attention", 0) == 0;
     linearTensorCoreLaunches_ += tc && m.entry.rfind("llm_linear_", 0) == 0;
     toBf16Launches_ += m.entry.rfind("llm_to_bf16_", 0) == 0;
+    dequantLaunches_ += m.entry.rfind("llm_dequant_bf16_", 0) == 0;
   }
 
   llmrt::Status notCapturing(const char *call) const {
@@ -369,6 +372,7 @@ private:
   int tiledAttentionLaunches_ = 0;
   int linearTensorCoreLaunches_ = 0;
   int toBf16Launches_ = 0;
+  int dequantLaunches_ = 0;
   bool events_ = true;
   int ccMajor_ = 9, ccMinor_ = 0, version_ = 13000;
   bool programmatic_ = true, afterLaunch_ = false, loadingGridDependency_ = false;
@@ -1304,7 +1308,7 @@ TEST(CudaExecutor, GemmLibraryOffRunsTheGeneratedKernels) {
   EXPECT_EQ(gpu->gemm_library_name(), "");
   EXPECT_EQ(gpu->memory().library, 0u);
   ASSERT_EQ(gpu->warnings().size(), 1u) << joined(gpu->warnings());
-  EXPECT_NE(gpu->warnings()[0].find(std::to_string(marked) + " dense linear steps"), std::string::npos)
+  EXPECT_NE(gpu->warnings()[0].find(std::to_string(marked) + " linear steps"), std::string::npos)
       << gpu->warnings()[0];
   EXPECT_NE(gpu->warnings()[0].find("(as asked)"), std::string::npos) << gpu->warnings()[0];
   const int V = ex->V, bs = ex->bs;
@@ -1342,7 +1346,7 @@ TEST(CudaExecutor, GemmLibraryThatDoesNotLoadLeavesTheGeneratedKernels) {
     auto &gpu = ex->gpu;
     ASSERT_EQ(gpu->warnings().size(), 1u) << joined(gpu->warnings());
     EXPECT_NE(gpu->warnings()[0].find(c.reason), std::string::npos) << gpu->warnings()[0];
-    EXPECT_NE(gpu->warnings()[0].find(std::to_string(marked) + " dense linear steps"), std::string::npos)
+    EXPECT_NE(gpu->warnings()[0].find(std::to_string(marked) + " linear steps"), std::string::npos)
         << gpu->warnings()[0];
     EXPECT_EQ(gpu->gemm_library_steps(), 0);
     EXPECT_EQ(gpu->gemm_library_name(), "");
@@ -1426,6 +1430,95 @@ TEST(CudaExecutor, GemmLibraryTakesF32WeightsAsTf32WithoutConversion) {
   EXPECT_EQ(log.shapes, gemms);
   EXPECT_EQ(driver.toBf16Launches(), 0);
   EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+}
+
+TEST(CudaExecutor, QuantizedLinearStepsCallTheLibraryOnDequantizedWeights) {
+  // Quantized weights in the cuda_mma_n8 layout (--quant-gemm cublaslt, the default): a linear
+  // step of 16 rows or more writes its weight as a bf16 matrix (dequant_bf16) and its input in
+  // bf16 (to_bf16), then calls the library; smaller steps run the GEMV (and without the library
+  // the tensor-core tiles keep their own threshold, 33 rows). The memory plan holds the bf16
+  // copy of the largest such weight.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                                            "--target sm_90 --weight-layout cuda-mma --quantize int4-g32-f16-sym"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const llmrt::fb::Plan &fb = (*plan)->fb();
+  int marked = 0;
+  uint64_t largest = 0;
+  std::multiset<GemmKey> gemms;
+  for (const llmrt::fb::Step *st : *(*plan)->program("forward")->steps()) {
+    if (st->op() != llmrt::fb::OpKind::Linear)
+      continue;
+    SCOPED_TRACE(st->name()->str());
+    ++marked;
+    EXPECT_EQ(st->gemm_library(), llmrt::fb::GemmLibrary::CublasLt);
+    EXPECT_EQ(st->library_min_rows(), 16);
+    EXPECT_EQ(st->batched_min_rows(), 33);
+    ASSERT_GE(st->library_input_kernel(), 0);
+    ASSERT_GE(st->library_weight_kernel(), 0);
+    const llmrt::fb::Kernel *k = fb.kernels()->Get(static_cast<flatbuffers::uoffset_t>(st->library_weight_kernel()));
+    EXPECT_EQ(k->family()->str(), "dequant_bf16");
+    const llmrt::fb::Tensor *w = fb.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st->weights()->Get(0)));
+    ASSERT_TRUE(w->quant() && w->quant()->str() == "int4-g32-f16-sym") << (w->quant() ? w->quant()->str() : "");
+    const int64_t n = w->shape()->Get(0), kk = w->shape()->Get(1);
+    EXPECT_EQ(k->name()->str().rfind("llm_dequant_bf16_n" + std::to_string(n) + "_k" + std::to_string(kk) + "_", 0), 0u)
+        << k->name()->str();
+    largest = std::max<uint64_t>(largest, uint64_t(n) * uint64_t(kk) * 2);
+    gemms.insert({n, kk, true, st->weights()->size() > 1 && st->weights()->Get(1) >= 0});
+  }
+  EXPECT_EQ(marked, 8);
+
+  EmulatedDriver driver(fb, uint64_t{1} << 30);
+  GemmLog log;
+  const int tokens = 64;
+  auto ex = makeExecutors(**plan, driver, tokens, 16, 64, true, true, [&](cuda::CudaExecutorOptions &o) {
+    o.load_gemm_library = emulatedGemmLibrary(driver, log);
+  });
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  EXPECT_EQ(gpu->gemm_library_steps(), marked);
+  EXPECT_TRUE(gpu->warnings().empty()) << joined(gpu->warnings());
+  // Workspace, the widest converted input (down's 128) for 64 rows, the largest weight in bf16.
+  EXPECT_EQ(gpu->memory().library,
+            EmulatedGemmLibrary::kWorkspaceBytes + align256(128 * tokens * 2) + align256(largest));
+  const int V = ex->V, bs = ex->bs, mb = 4;
+  // A prefill of 24 rows: every linear step dequantizes its weight and calls the library.
+  ex->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1), kBf16Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(log.shapes, gemms);
+  EXPECT_EQ(driver.dequantLaunches(), marked);
+  EXPECT_EQ(driver.toBf16Launches(), expectedConversions(**plan));
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+  // A chunk of 12 rows next to a decode row: the GEMV (below 16 rows), no library, no tiles.
+  ex->compare(makeStep({bs + 15, 6}, {12, 1}, bs, mb, V, 2), kBf16Tol);
+  EXPECT_EQ(log.calls, marked);
+  EXPECT_EQ(driver.dequantLaunches(), marked);
+  EXPECT_EQ(driver.linearTensorCoreLaunches(), 0);
+  std::printf("[ measured ] int4 weights dequantized to bf16 on the library vs CPU: max |logit error| / "
+              "max(1, max |logit|) = %.2e\n", ex->worst);
+
+  // Without the library: the GEMV below 33 rows, the tiles from 33 (a warning says so).
+  EmulatedDriver plain(fb, uint64_t{1} << 30);
+  auto ex2 = makeExecutors(**plan, plain, tokens, 16, 64);
+  ASSERT_TRUE(ex2.ok()) << ex2.status().to_string();
+  EXPECT_EQ(ex2->gpu->gemm_library_steps(), 0);
+  EXPECT_FALSE(ex2->gpu->warnings().empty());
+  ex2->compare(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1), kTf32Tol);
+  EXPECT_EQ(plain.linearTensorCoreLaunches(), 0);
+  EXPECT_EQ(plain.dequantLaunches(), 0);
+
+  // --quant-gemm generated: no library steps, no dequant_bf16 kernels.
+  TempDir dir2;
+  auto generated = llmrt::Plan::open(compilePlan(dir2, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                                                 "--target sm_90 --weight-layout cuda-mma --quantize int4-g32-f16-sym "
+                                                 "--quant-gemm generated"));
+  ASSERT_TRUE(generated.ok()) << generated.status().to_string();
+  for (const llmrt::fb::Step *st : *(*generated)->program("forward")->steps()) {
+    EXPECT_EQ(st->gemm_library(), llmrt::fb::GemmLibrary::None);
+    EXPECT_EQ(st->library_weight_kernel(), -1);
+  }
+  for (const llmrt::fb::Kernel *k : *(*generated)->fb().kernels())
+    EXPECT_NE(k->family()->str(), "dequant_bf16") << k->name()->str();
 }
 
 TEST(CudaExecutor, RefusesGemmLibraryStepsItCannotRun) {

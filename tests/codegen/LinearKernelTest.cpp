@@ -164,6 +164,50 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
   }
 }
 
+TEST(DequantBf16Kernel, WritesEachWeightAsItsExactValueRoundedToBf16) {
+  // The GEMM library's operand for quantized weights: every element of the matrix is the exact
+  // dequantized value (quant::dequantize_row) rounded to nearest even bf16, in every format;
+  // partial tiles (n % 8), short last spans (k % 128) and many spans; the grid the rule gives and
+  // a single block (grid-stride) write the same bits, and nothing past the matrix.
+  using DequantFn = void (*)(const unsigned char *, unsigned short *, int, unsigned);
+  struct Case {
+    const char *format;
+    int n, k;
+  };
+  for (const Case &c : {Case{"int4-g32-f16-sym", 20, 96}, Case{"int4-g32-f16-min", 16, 160},
+                        Case{"int8-g32-f16-sym", 20, 96}, Case{"int4-g128-bf16-zp", 12, 256},
+                        Case{"int8-g64-f32-zp", 9, 192}, Case{"int8-row-bf16-min", 8, 224},
+                        Case{"int4-row-f32-sym", 7, 64}, Case{"int4-g128-f16-sym", 24, 1152},
+                        Case{"int4-g64-f16-zp", 9, 320}}) {
+    SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+    auto spec = llmc::emitDequantBf16Kernel(c.format, c.n, c.k);
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    EXPECT_EQ(spec->family, "dequant_bf16");
+    HostKernel kernel(*spec, "const unsigned char *w, unsigned short *out, int T", "w, out, T");
+    ASSERT_TRUE(kernel.ok()) << kernel.error();
+    auto run = kernel.get<DequantFn>();
+    const Weight w = quantizedWeight(c.format, c.n, c.k, 13);
+    const size_t elems = size_t(c.n) * c.k, guard = 64;
+    std::vector<uint16_t> out(elems + guard, 0xDEAD);
+    run(w.bytes.data(), out.data(), c.n, gridFor(*spec, c.n));
+    size_t bad = 0;
+    for (size_t i = 0; i < elems; ++i)
+      if (out[i] != quant::float_to_bf16(w.values[i]) && ++bad <= 5)
+        ADD_FAILURE() << "element (" << i / c.k << ", " << i % c.k << ") = 0x" << std::hex << out[i] << ", want 0x"
+                      << quant::float_to_bf16(w.values[i]) << std::dec << " (" << w.values[i] << ")";
+    EXPECT_EQ(bad, 0u);
+    for (size_t i = elems; i < out.size(); ++i)
+      ASSERT_EQ(out[i], 0xDEAD) << "written past the matrix at " << i;
+    std::vector<uint16_t> one(elems + guard, 0xDEAD);
+    run(w.bytes.data(), one.data(), c.n, 1);
+    EXPECT_EQ(one, out);
+  }
+  // Dense weights have no dequantization; shapes past the limits are refused.
+  EXPECT_FALSE(llmc::emitDequantBf16Kernel("bf16", 8, 64).ok());
+  EXPECT_FALSE(llmc::emitDequantBf16Kernel("int4-g32-f16-sym", 0, 64).ok());
+  EXPECT_FALSE(llmc::emitDequantBf16Kernel("int4-g32-f16-sym", 8, 0).ok());
+}
+
 TEST(LinearKernel, DenseWeightsBiasAndGatheredRows) {
   for (const char *type : {"f32", "f16", "bf16"}) {
     llmc::LinearParams p;

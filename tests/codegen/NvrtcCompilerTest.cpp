@@ -100,6 +100,11 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitAddKernel(4096));
   add(llmc::emitSplitKernel(6144, {4096, 1024, 1024}));
   add(llmc::emitPermuteColumnsKernel(4096));
+  // A GEMM library step's conversions: its input to bf16, its quantized weight to bf16 (Llama-3's
+  // gate|up in int4-g128, an int8 format with zero points and a short last span).
+  add(llmc::emitToBf16Kernel(14336));
+  add(llmc::emitDequantBf16Kernel("int4-g128-f16-sym", 28672, 4096));
+  add(llmc::emitDequantBf16Kernel("int8-g32-bf16-zp", 4096, 14368));
   return specs;
 }
 

@@ -184,6 +184,39 @@ std::vector<uint8_t> library_plan(bool with_library) {
   return forward_plan(b, values, steps);
 }
 
+// Quantized library steps add the bf16 copy of their largest weight (one buffer, rewritten by
+// each step's dequant_bf16 kernel before its call).
+TEST(CudaLaunch, GemmLibraryMemoryHoldsTheLargestDequantizedWeight) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::Value>> values = {
+      fb::CreateValueDirect(b, 0, "x", fb::RowKind::Tokens, 4096, fb::DType::F32, 0)};
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
+  const std::pair<int64_t, int64_t> shapes[] = {{6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+  for (const auto& [n, k] : shapes) {
+    std::vector<int64_t> shape = {n, k};
+    tensors.push_back(fb::CreateTensorDirect(b, "w", fb::DType::I4, &shape, 0, 0, "int4-g128-f16-sym", "cuda_mma_n8"));
+  }
+  auto step = [&](int weight, int weight_kernel) {
+    std::vector<int> ins = {0}, outs = {0}, ws = {weight};
+    return fb::CreateStepDirect(b, fb::OpKind::Linear, &ins, &outs, &ws, nullptr, 0, "linear", 1, 33,
+                                fb::GemmLibrary::CublasLt, 2, weight_kernel, 16);
+  };
+  // Weights 0..2 dequantized (gate|up, 28672 x 4096, the largest); 3 without a weight kernel.
+  std::vector<flatbuffers::Offset<fb::Step>> steps = {step(0, 3), step(1, 3), step(2, 3), step(3, -1)};
+  auto tensors_off = b.CreateVector(tensors);
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {
+      fb::CreateProgramDirect(b, "forward", &values, &steps, 0, 0, 0)};
+  auto progs = b.CreateVector(programs);
+  fb::PlanBuilder pb(b);
+  pb.add_programs(progs);
+  pb.add_tensors(tensors_off);
+  b.Finish(pb.Finish());
+  const fb::Plan& plan = *flatbuffers::GetRoot<fb::Plan>(b.GetBufferPointer());
+  const uint64_t weight = 28672ull * 4096 * 2;
+  EXPECT_EQ(gemm_library_weight_bytes(plan), weight);
+  EXPECT_EQ(gemm_library_bytes(plan, 256, 1024), 1024 + 4096ull * 256 * 2 + weight);
+}
+
 TEST(CudaLaunch, GemmLibraryMemory) {
   const uint64_t workspace = uint64_t{32} << 20;
   auto with = library_plan(true);

@@ -159,6 +159,8 @@ TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
     int summary;
     const char* family;
     const char* error;  // nullptr: accepted
+    int weight = -1;    // library_weight_kernel
+    int min_rows = 0;   // library_min_rows
   };
   for (const Case& c : {Case{0, "logits_summary", nullptr}, Case{1, "logits_summary", "index out of range"},
                         Case{0, "rms_norm", "of family 'rms_norm'"}}) {
@@ -194,9 +196,10 @@ TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
 }
 
 TEST(PlanFile, GemmLibraryFieldsAreChecked) {
-  // A one-step program over a plan with four kernels: 0 and 1 of family linear (the step's
-  // kernel and batched kernel), 2 to_bf16, 3 rms_norm. The step names a GEMM library (schema
-  // minor 5) and a library input kernel; each malformed combination is refused naming the step.
+  // A one-step program over a plan with five kernels: 0 and 1 of family linear (the step's
+  // kernel and batched kernel), 2 to_bf16, 3 rms_norm, 4 dequant_bf16. The step names a GEMM
+  // library (schema minor 5), a library input kernel, a library weight kernel and the rows from
+  // which it calls the library (minor 7); each malformed combination is refused naming the step.
   struct Case {
     const char* what;
     fb::OpKind op;
@@ -204,6 +207,8 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
     fb::GemmLibrary library;
     int input;
     const char* error;  // nullptr: accepted
+    int weight = -1;    // library_weight_kernel
+    int min_rows = 0;   // library_min_rows
   };
   const fb::GemmLibrary lt = fb::GemmLibrary::CublasLt, none = fb::GemmLibrary::None;
   const Case cases[] = {
@@ -215,11 +220,19 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
       {"a library without a batched kernel", fb::OpKind::Linear, -1, lt, -1, "not a linear with a batched kernel"},
       {"an unknown library", fb::OpKind::Linear, 1, static_cast<fb::GemmLibrary>(2), -1, "unknown GEMM library 2"},
       {"a negative library", fb::OpKind::Linear, 1, static_cast<fb::GemmLibrary>(-3), -1, "unknown GEMM library -3"},
-      {"an input kernel past the kernels", fb::OpKind::Linear, 1, lt, 4, "library input kernel index out of range"},
+      {"an input kernel past the kernels", fb::OpKind::Linear, 1, lt, 5, "library input kernel index out of range"},
       {"a negative input kernel", fb::OpKind::Linear, 1, lt, -2, "library input kernel index out of range"},
       {"an input kernel of family rms_norm", fb::OpKind::Linear, 1, lt, 3, "library input kernel is of family 'rms_norm'"},
       {"an input kernel of family linear", fb::OpKind::Linear, 1, lt, 0, "library input kernel is of family 'linear'"},
       {"an input kernel without a library", fb::OpKind::Linear, 1, none, 2, "without a library"},
+      {"a quantized library step", fb::OpKind::Linear, 1, lt, 2, nullptr, 4, 16},
+      {"a weight kernel of family to_bf16", fb::OpKind::Linear, 1, lt, 2, "library weight kernel is of family 'to_bf16'", 2},
+      {"a weight kernel without an input kernel", fb::OpKind::Linear, 1, lt, -1, "and its bf16 input kernel", 4},
+      {"a weight kernel without a library", fb::OpKind::Linear, 1, none, -1, "library weight kernel index", 4},
+      {"a weight kernel past the kernels", fb::OpKind::Linear, 1, lt, 2, "library weight kernel index out of range", 5},
+      {"a negative weight kernel", fb::OpKind::Linear, 1, lt, 2, "library weight kernel index out of range", -7},
+      {"negative library rows", fb::OpKind::Linear, 1, lt, 2, "library_min_rows -1 is negative", -1, -1},
+      {"library rows without a library", fb::OpKind::Linear, 1, none, -1, "library_min_rows 16", -1, 16},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -228,13 +241,14 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
         fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
     std::vector<int> io = {0};
     std::vector<flatbuffers::Offset<fb::Step>> steps = {fb::CreateStepDirect(
-        fbb, c.op, &io, &io, nullptr, nullptr, 0, "step", c.batched, c.batched >= 0 ? 16 : 0, c.library, c.input)};
+        fbb, c.op, &io, &io, nullptr, nullptr, 0, "step", c.batched, c.batched >= 0 ? 16 : 0, c.library, c.input,
+        c.weight, c.min_rows)};
     std::vector<flatbuffers::Offset<fb::Program>> programs = {
         fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
     auto progs = fbb.CreateVector(programs);
     std::vector<int> block = {128, 1, 1};
     std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
-    for (const char* family : {"linear", "linear", "to_bf16", "rms_norm"})
+    for (const char* family : {"linear", "linear", "to_bf16", "rms_norm", "dequant_bf16"})
       kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
                                                nullptr));
     auto kernels_off = fbb.CreateVector(kernels);
@@ -252,6 +266,8 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
       const fb::Step* st = (*plan)->program("forward")->steps()->Get(0);
       EXPECT_EQ(st->gemm_library(), c.library);
       EXPECT_EQ(st->library_input_kernel(), c.input);
+      EXPECT_EQ(st->library_weight_kernel(), c.weight);
+      EXPECT_EQ(st->library_min_rows(), c.min_rows);
     } else {
       ASSERT_FALSE(plan.ok());
       EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();

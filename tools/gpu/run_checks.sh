@@ -18,7 +18,7 @@
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
 #   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
-#   prefill    prefill without tensor cores, with per-row attention, bf16 without cuBLASLt
+#   prefill    prefill without tensor cores, with per-row attention, bf16 and int4 without cuBLASLt
 #   depth      batch-1 decode after a 3968-token prompt (flash-decoding)
 #   serve      llmrt serve --device cuda under 12 concurrent requests
 #   sanitizer  compute-sanitizer memcheck / racecheck on small plans
@@ -247,6 +247,8 @@ if stage prefill 60; then
     llama3_8b_int4_g128 100 --pp 2048 --tg 0 --batch 0 -r 2 --no-tiled-attention
   bench_case "bf16 on the generated TF32 tensor-core GEMM instead of cuBLASLt (--no-gemm-library):" \
     llama3_8b_bf16 100 --pp 512,2048 --tg 32 --batch 32 -r 2 --no-gemm-library
+  bench_case "int4-g128 on the generated GEMV / TF32 tiles instead of dequant_bf16 + cuBLASLt (--no-gemm-library):" \
+    llama3_8b_int4_g128 100 --pp 512,2048 --tg 32 --batch 16,32 -r 2 --no-gemm-library
 fi
 
 if stage depth 40; then
