@@ -286,6 +286,7 @@ FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCo
   p.bias = !logits && n == 3;
   p.tensorCores = tensorCores;
   p.gatherRows = logits;
+  p.int8Activations = !tensorCores && usesInt8Activations(op);
   if (p.bias && failed(shapeOf(op, op->getOperand(2), "bias", 1, Elem::F32, /*rowsStatic=*/true)))
     return failure();
   return fromStatus(op, emitLinearKernel(p));
@@ -460,6 +461,30 @@ FailureOr<std::optional<KernelSpec>> emitLibraryWeightKernel(Operation *op) {
   if (failed(shape))
     return failure();
   FailureOr<KernelSpec> spec = fromStatus(op, emitDequantBf16Kernel(w, (*shape)[0], (*shape)[1]));
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
+}
+
+bool usesInt8Activations(Operation *op) {
+  const llvm::StringRef name = op->getName().getStringRef();
+  if ((name != "llm.linear" && name != "llm.logits") || op->getNumOperands() < 2 ||
+      !quantizedStorage(weightStorage(op, op->getOperand(1))))
+    return false;
+  if (ModuleOp module = op->getParentOfType<ModuleOp>())
+    if (auto g = module->getAttrOfType<StringAttr>("llm.gpu_quant_gemv"); g && g.getValue() == "f32")
+      return false;
+  return true;
+}
+
+FailureOr<std::optional<KernelSpec>> emitInputQuantKernel(Operation *op) {
+  if (!usesInt8Activations(op))
+    return std::optional<KernelSpec>();
+  auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
+  if (failed(x))
+    return failure();
+  FailureOr<KernelSpec> spec =
+      fromStatus(op, emitQuantizeQ8Kernel((*x)[1], op->getName().getStringRef() == "llm.logits"));
   if (failed(spec))
     return failure();
   return std::optional<KernelSpec>(std::move(*spec));

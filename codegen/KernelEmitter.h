@@ -76,6 +76,14 @@ mlir::FailureOr<std::optional<KernelSpec>> emitLibraryInputKernel(mlir::Operatio
 /// quantized weights; none for dense ones or steps that do not use the library.
 mlir::FailureOr<std::optional<KernelSpec>> emitLibraryWeightKernel(mlir::Operation *op);
 
+/// Whether the CUDA-core GEMV of `op` (its emitKernel) reads int8 activations (the fast
+/// contract, LinearParams::int8Activations): llm.linear / llm.logits over quantized weights in
+/// the cuda_mma_n8 layout, unless the module says llm.gpu_quant_gemv = "f32".
+bool usesInt8Activations(mlir::Operation *op);
+/// The kernel writing those activations from the step's input before the GEMV (quantize_q8,
+/// Step.input_quant_kernel); none when !usesInt8Activations(op).
+mlir::FailureOr<std::optional<KernelSpec>> emitInputQuantKernel(mlir::Operation *op);
+
 } // namespace llmc
 
 #endif // LLMC_CODEGEN_KERNELEMITTER_H

@@ -81,6 +81,11 @@ struct LinearParams {
   /// mantissa bits) instead of the f32 CUDA-core one. Plans add it next to the CUDA-core kernel
   /// for steps of at least kTensorCoreMinRows rows.
   bool tensorCores = false;
+  /// The quantized CUDA-core GEMV over int8 activations (the CPU's fast contract): x is then
+  /// quantize_q8's output for the step's rows (gathered there for logits), and each sub-block's
+  /// 32 products are exact integer sums (dp4a) scaled once by the weight and activation scales.
+  /// Invalid with dense weights or tensorCores.
+  bool int8Activations = false;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
 /// Rows from which a linear / logits step launches its tensor-core kernel.
@@ -90,6 +95,18 @@ inline constexpr int kTensorCoreMinRows = 16;
 /// 64-token pass whatever the rows, the GEMV one pass per 4 rows, so they cross near 40 rows); at
 /// 512 rows the tiles prefill 1031 tok/s against 729. Decode batches of up to 32 rows keep the GEMV.
 inline constexpr int kQuantTensorCoreMinRows = 33;
+
+/// quantize_q8: rows of `k` f32 activations (k % 32 == 0) quantized as the CPU's fast contract
+/// quantizes them (runtime/cpu/kernels.h, quantize_activations_scalar; bit for bit): per block of
+/// 32 values b, d = amax / 127, codes q = rint(x / d) in int8, s = d * sum(q). Output row t
+/// (q8RowBytes(k) bytes, from x row rows[t] when gatherRows, else row t): for each span of 128
+/// values (the last one padded) its 128 code bytes, in the lanes' fragment order of the
+/// cuda_mma_n8 weight layout: sub-block j of span s at s * 128 + 32 q + 8 j for lane quad q =
+/// 0..3, holding elements 2q, 2q+16, 2q+1, 2q+17, 2q+8, 2q+24, 2q+9, 2q+25 of the sub-block;
+/// then d of every block (f32 [spans * 4] at spans * 128), then s (the same, after them).
+/// Params (const float *x, const int *rows, unsigned char *out, int T).
+llmrt::StatusOr<KernelSpec> emitQuantizeQ8Kernel(int64_t k, bool gatherRows);
+inline constexpr int64_t q8RowBytes(int64_t k) { return (k + 127) / 128 * 160; }
 
 /// dequant_bf16: a quantized weight [n, k] in the cuda_mma_n8 layout written out as the bf16
 /// [n, k] row-major matrix a GEMM library multiplies (Step.library_weight_kernel): each element

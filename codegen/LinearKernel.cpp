@@ -58,6 +58,8 @@ constexpr int kWarps = ${WARPS};     // warps per block
 constexpr bool kHasBias = ${BIAS};
 constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
 constexpr bool kTensorCores = ${TENSOR_CORES}; // the tensor-core kernel (sm_80+), else CUDA cores
+// Quantized CUDA-core GEMV only: x holds quantize_q8's int8 rows (already gathered), not f32.
+constexpr bool kInt8Activations = ${INT8_ACTIVATIONS};
 } // namespace
 )cuda";
 
@@ -362,6 +364,104 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const float
   }
 }
 
+// ---- CUDA cores, int8 activations (the fast contract) ----
+// quantize_q8's row layout (KernelFamilies.h, q8RowBytes): per span 128 code bytes (lane quad q's
+// 8 per sub-block at 32 q + 8 j), then a scale and a scaled sum per sub-block.
+constexpr long long kQ8RowBytes = (long long)((kK + 127) / 128) * 160;
+constexpr int kQ8ScalesAt = (kK + 127) / 128 * 128;
+constexpr int kQ8SumsAt = kQ8ScalesAt + (kK + 127) / 128 * 16;
+// Sym int8 codes are signed bytes; int4 nibbles and zero-point / min bytes unsigned, their
+// offset (value = d * code + lo) applied once per sub-block as lo * s (s = d_x * sum of codes).
+constexpr bool kSignedCodes = kBits == 8 && kOffset == 0;
+
+// c + the 4 byte products of weight codes a and activation codes b (dp4a: one instruction).
+__device__ __forceinline__ int dot4(unsigned a, unsigned b, int c) {
+#ifdef LLMC_HOST_EMULATION
+  return llmcEmuDp4a<kSignedCodes>(a, b, c);
+#else
+  int d;
+  if (kSignedCodes)
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  else
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#endif
+}
+// An integer below 2^22 in magnitude as a float, exactly, without the int-to-float unit:
+// 1.5 * 2^23 + i has i in its mantissa.
+__device__ __forceinline__ float smallIntToFloat(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.0f;
+}
+
+// The M sub-blocks of the span staged at `stage` times the int8 activation rows xrow[] of xq.
+// Per sub-block and token: two dp4a (the lane's 8 products, at most 8 * 255 * 127 in
+// magnitude), then acc += (d_w * d_x) * p as the CPU's fast contract sums (its fmaf over the
+// sub-blocks, here split over lanes and warps). The offsets: lane q adds lo * s of sub-block q.
+template <int NT, int M>
+__device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const unsigned char *xq,
+                                           const int xrow[NT], int span, int lane, int n, int q,
+                                           float acc[NT]) {
+  unsigned words[kW];
+  if ((M * kW) % 16 == 0) {
+#pragma unroll
+    for (int c = 0; c < M * kW / 16; ++c) {
+      const Vec16 v = reinterpret_cast<const Vec16 *>(stage + lane * 4 * kW)[c];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        words[4 * c + e] = v.u[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < M * kW / 4; ++e)
+      words[e] = reinterpret_cast<const unsigned *>(stage + lane * 4 * kW)[e];
+  }
+  // The codes as dp4a operands in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17
+  // (int4: nibbles 0, 2, 4, 6 = the low nibbles) and 2q+8, 2q+24, 2q+9, 2q+25 (the high ones).
+  unsigned ca[4], cb[4];
+  float d[4];
+#pragma unroll
+  for (int j = 0; j < M; ++j) {
+    if (kBits == 4) {
+      ca[j] = words[j] & 0x0F0F0F0Fu;
+      cb[j] = (words[j] >> 4) & 0x0F0F0F0Fu;
+    } else { // word 0: elements 2q, 2q+1, 2q+8, 2q+9; word 1 the same + 16
+      ca[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
+      cb[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
+    }
+    d[j] = stagedScale(stage + kStageScalesAt + (kGroupPerSpan ? 0 : j) * kGroupScaleBytes, n);
+  }
+  float lo = 0.0f; // sub-block q's offset
+  const bool offset = !kSignedCodes && q < M;
+  if (offset) {
+    const int gi = kGroupPerSpan ? 0 : q;
+    const float dq = kGroupPerSpan ? d[0] : stagedScale(stage + kStageScalesAt + gi * kGroupScaleBytes, n);
+    if (kOffset == 2)
+      lo = stagedScale(stage + kStageOffsetsAt + gi * kGroupOffsetBytes, n);
+    else if (kOffset == 1)
+      lo = -dq * (float)stage[kStageOffsetsAt + gi * kGroupOffsetBytes + n];
+    else
+      lo = -8.0f * dq;
+  }
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const unsigned char *row = xq + (long long)xrow[i] * kQ8RowBytes;
+    const Vec16 *codes = reinterpret_cast<const Vec16 *>(row + span * 128 + 32 * q);
+    const Vec16 x0 = codes[0], x1 = M > 2 ? codes[1] : x0;
+    const Vec16 sc = *reinterpret_cast<const Vec16 *>(row + kQ8ScalesAt + span * 16);
+    float a = acc[i];
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      const Vec16 &xv = j < 2 ? x0 : x1;
+      int p = dot4(ca[j], xv.u[2 * (j & 1)], 0);
+      p = dot4(cb[j], xv.u[2 * (j & 1) + 1], p);
+      a = fmaf(d[j] * __uint_as_float(sc.u[j]), smallIntToFloat(p), a);
+    }
+    if (offset)
+      a = fmaf(lo, reinterpret_cast<const float *>(row + kQ8SumsAt)[span * 4 + q], a);
+    acc[i] = a;
+  }
+}
+
 // One item: weight rows tile * 8 .. + 7 times tokens t0 .. t0 + NT - 1, shared by the block's
 // kWarps warps, which split K: warp w takes spans w, w + kWarps, ... (a decode step's few tiles
 // keep every multiprocessor busy), each staged kStages - 1 spans ahead of its use. Lane L owns
@@ -378,7 +478,7 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
   float acc[NT];
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    xrow[i] = kGather ? rows[t0 + i] : t0 + i;
+    xrow[i] = kGather && !kInt8Activations ? rows[t0 + i] : t0 + i;
     acc[i] = 0.0f;
   }
   // One commit per span slot, empty past the warp's last span, so that "all but kStages - 1
@@ -398,7 +498,12 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
     cpAsyncCommit();
     cpAsyncWait<kStages - 1>();
     __syncwarp(); // the other lanes' copies (scales) are in
-    if (span < kFullSpans)
+    const unsigned char *xq = reinterpret_cast<const unsigned char *>(x);
+    if (kInt8Activations && span < kFullSpans)
+      gemvSpanQ8<NT, 4>(stages[slot].b, xq, xrow, span, lane, n, q, acc);
+    else if (kInt8Activations)
+      gemvSpanQ8<NT, kTailSubBlocks>(stages[slot].b, xq, xrow, span, lane, n, q, acc);
+    else if (span < kFullSpans)
       gemvSpan<NT, 4>(stages[slot].b, x, xrow, span, lane, n, q, acc);
     else
       gemvSpan<NT, kTailSubBlocks>(stages[slot].b, x, xrow, span, lane, n, q, acc);
@@ -691,6 +796,10 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   // one token chunk can have resident at once (~4096: 32 per multiprocessor at the kernel's 64
   // registers, 132 of them on an H100/H200), at most 8. Rounded down: rounded up, Llama-3-8B's
   // q|k|v (768 tiles x 6 warps) left 108 blocks for a second wave.
+  if (p.int8Activations && (storage->dense || p.tensorCores))
+    return llmrt::invalid_argument(std::string(what) + ": int8 activations need quantized weights and the "
+                                   "CUDA-core GEMV (weight '" + p.weight + "'" +
+                                   (p.tensorCores ? ", tensor cores" : "") + ")");
   const int64_t tiles = (p.n + 7) / 8, spans = (p.k + 127) / 128;
   const bool splitK = !storage->dense && !p.tensorCores;
   const int warps = splitK ? static_cast<int>(std::clamp<int64_t>(kSplitKTargetWarps / tiles, 1,
@@ -703,12 +812,16 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
       {"WARPS", std::to_string(warps)},
       {"BIAS", p.bias ? "true" : "false"},
       {"GATHER", p.gatherRows ? "true" : "false"},
-      {"TENSOR_CORES", p.tensorCores ? "true" : "false"}};
+      {"TENSOR_CORES", p.tensorCores ? "true" : "false"},
+      {"INT8_ACTIVATIONS", p.int8Activations ? "true" : "false"}};
   std::string body = "// llmc kernel: " + std::string(what) + ", n=" + std::to_string(p.n) +
                      " k=" + std::to_string(p.k) + " weight=" + p.weight +
                      (p.bias ? " bias" : "") +
                      "\n// Params: (const float *x, const unsigned char *w, const float *bias, "
-                     "const int *rows, float *y, int T)\n// Launch: blockDim.x = " +
+                     "const int *rows, float *y, int T)\n" +
+                     (p.int8Activations ? "// x: int8 activation rows written by quantize_q8 (rows already gathered)\n"
+                                        : "") +
+                     "// Launch: blockDim.x = " +
                      std::to_string(32 * warps) + (splitK ? ", gridDim.x: grid-stride over blocks.\n"
                                                            : ", gridDim.x: grid-stride over warps.\n") +
                      detail::substitute(kCommon, common);
@@ -745,6 +858,8 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     prefix += "_bias";
   if (p.tensorCores)
     prefix += "_tc";
+  if (p.int8Activations)
+    prefix += "_q8a";
   // Grid: one warp (split K: one block) per item of the first token chunk; more token chunks
   // are walked by the grid-stride loop.
   const int64_t blocks = splitK ? items : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;

@@ -223,6 +223,10 @@ llmrt::Status compile(const CompileOptions &opts) {
     return llmrt::invalid_argument("--quant-gemm '" + opts.quantGemm + "': expected cublaslt or generated");
   if (opts.quantGemm == "generated") // the same for linear steps over quantized weights
     (*module)->setAttr("llm.gpu_quant_gemm", mlir::StringAttr::get(&context, "generated"));
+  if (opts.quantGemv != "int8" && opts.quantGemv != "f32")
+    return llmrt::invalid_argument("--quant-gemv '" + opts.quantGemv + "': expected int8 or f32");
+  if (opts.quantGemv == "f32") // read by codegen (KernelEmitter.h): the GEMV over f32 activations
+    (*module)->setAttr("llm.gpu_quant_gemv", mlir::StringAttr::get(&context, "f32"));
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;

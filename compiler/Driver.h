@@ -31,6 +31,7 @@ struct CompileOptions {
   std::string weightLayout = "interleaved8";  // --weight-layout
   std::string denseGemm = "cublaslt";  ///< --dense-gemm: cublaslt | generated
   std::string quantGemm = "cublaslt";  ///< --quant-gemm: cublaslt | generated
+  std::string quantGemv = "int8";      ///< --quant-gemv: int8 (activations, dp4a) | f32
   std::string cpuKernels = "fast";    ///< reference | fast
   std::string kvCacheDtype = "f32";   ///< f32 | int8
   /// --synthetic-weights SEED: modelPath is a config.json (or its folder); the plan holds no

@@ -334,13 +334,23 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
       if (libraryMinRows(op) != batchedMinRows(op))
         libraryRows = libraryMinRows(op);
     }
+    // Int8 activations for a quantized GEMV: the kernel that quantizes its input.
+    int inputQuant = -1;
+    if (kernel >= 0) {
+      FailureOr<std::optional<KernelSpec>> quantize = emitInputQuantKernel(op);
+      if (failed(quantize))
+        return error(op, "kernel emission failed");
+      if (*quantize) {
+        ASSIGN_OR_RETURN(inputQuant, addKernel(**quantize));
+      }
+    }
     std::string loc;
     llvm::raw_string_ostream os(loc);
     op->getLoc().print(os);
     steps.push_back(fb::CreateStepDirect(fbb, kind, &inputs, &outputs, &weights, &params,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
                                          batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput,
-                                         libraryWeight, libraryRows));
+                                         libraryWeight, libraryRows, inputQuant));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

@@ -168,6 +168,12 @@ int main(int argc, char **argv) {
                       "with f32 accumulation; the generated kernels as fallback) or generated (the plan's "
                       "GEMV up to 32 rows, TF32 tensor-core tiles from 33)")
       ->check(CLI::IsMember({"cublaslt", "generated"}));
+  compile->add_option("--quant-gemv", copts.quantGemv,
+                      "GPU linear steps below the tensor-core / library threshold (decode) with quantized "
+                      "weights: int8 (default; the input quantized per 32 values as the CPU's fast contract "
+                      "does, then exact integer block sums in dp4a) or f32 (the f32 input times the "
+                      "dequantized weights)")
+      ->check(CLI::IsMember({"int8", "f32"}));
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
                       "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "

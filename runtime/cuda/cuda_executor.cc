@@ -25,6 +25,7 @@ struct CudaExecutor::Step {
   GemmShape gemm;
   Launch to_bf16;   // kernel -1: the library reads the f32 input
   Launch dequant;   // kernel -1: the library reads the weight as stored (else dequant_bf16's copy)
+  Launch quant_in;  // kernel -1: `main` reads the f32 input (else quantize_q8's int8 rows)
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -254,6 +255,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
       RETURN_IF_ERROR(allocate(library_bytes - library_->workspace_bytes() - weight, &library_input_));
     if (weight > 0) RETURN_IF_ERROR(allocate(weight, &library_weight_));
   }
+  if (const uint64_t q8 = quant_input_bytes(p, max_tokens_); q8 > 0) RETURN_IF_ERROR(allocate(q8, &quant_input_));
   RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
   table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
   graph_sizes_ = graph_batch_sizes(std::min(max_seqs_, max_tokens_));
@@ -288,6 +290,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     if (st.batched.kernel >= 0) all.push_back(&st.batched);
     if (st.library && st.to_bf16.kernel >= 0) all.push_back(&st.to_bf16);
     if (st.library && st.dequant.kernel >= 0) all.push_back(&st.dequant);
+    if (st.quant_in.kernel >= 0) all.push_back(&st.quant_in);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
   for (Launch* l : all) {
@@ -408,6 +411,10 @@ Status CudaExecutor::decode(const Plan& plan) {
       if (s.library_weight_kernel() >= 0) RETURN_IF_ERROR(launch(s.library_weight_kernel(), &st.dequant));
       st.wants_library = true;
     }
+    if (s.input_quant_kernel() >= 0) {  // a linear or logits step (checked)
+      RETURN_IF_ERROR(launch(s.input_quant_kernel(), &st.quant_in));
+      st.kernels += " (int8 activations)";
+    }
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
@@ -417,7 +424,15 @@ Status CudaExecutor::decode(const Plan& plan) {
   return ok_status();
 }
 
-int CudaExecutor::launches_per_step() const { return static_cast<int>(steps_.size()); }
+int CudaExecutor::launches_per_step() const {
+  int launches = 0, quantized = -1;  // as launch_steps() skips a quantization (decode: every GEMV runs)
+  for (const Step& st : steps_) {
+    const bool logits = st.op == fb::OpKind::Logits;
+    launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
+    quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
+  }
+  return launches;
+}
 
 int CudaExecutor::overlapped_kernels() const {
   return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.main.overlap; }));
@@ -638,6 +653,7 @@ Status CudaExecutor::library_gemm(const Step& st, int rows, int* converted) {
 Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
   std::vector<uint64_t>& args = args_;
   int converted = -1;  // the value whose bf16 copy library_input_ holds (-1: none)
+  int quantized = -1;  // the value whose int8 rows quant_input_ holds (-1: none)
   // Whether the stream's last operation is one of the plan's kernels: only then may the next one
   // be launched overlapped with it (not after a copy, an event or a library call; not timed).
   bool after_ours = false;
@@ -657,6 +673,8 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     }
     converted = -1;  // other steps may write where the converted value lived
     int rows = T;
+    const int reads_quantized = quantized;
+    quantized = -1;
     args.clear();
     auto ptr = [&](DevicePtr v) { args.push_back(v); };
     // cuLaunchKernel reads each parameter's size from the kernel: an int is the first 4 bytes of
@@ -729,6 +747,26 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     num(rows);
     const int64_t grid = grid_size(l.rule, rows, max_grid_, S);  // (S: the tiled attention's sequence tiles)
     if (grid == 0) continue;
+    if (&l == &st.main && st.quant_in.kernel >= 0) {
+      // The GEMV reads the input as int8 rows: quantize it first (logits: the gathered rows),
+      // unless the previous step's GEMV quantized the same value.
+      const bool logits = st.op == fb::OpKind::Logits;
+      if (logits || reads_quantized != st.in[0]) {
+        uint64_t qargs[4] = {value_ptr(st.in[0]), logits ? logit_rows_ : 0, quant_input_, 0};
+        std::memcpy(&qargs[3], &rows, sizeof(rows));
+        void* qparams[4] = {&qargs[0], &qargs[1], &qargs[2], &qargs[3]};
+        const int64_t qgrid = grid_size(st.quant_in.rule, rows, max_grid_);
+        Status q = st.quant_in.overlap && after_ours && !timed
+                       ? driver_->launch_programmatic(st.quant_in.fn, static_cast<unsigned>(qgrid), st.quant_in.block,
+                                                      st.quant_in.shared, qparams)
+                       : driver_->launch(st.quant_in.fn, static_cast<unsigned>(qgrid), st.quant_in.block,
+                                         st.quant_in.shared, qparams);
+        if (!q.ok()) return q.with_context(st.where + ": its quantize_q8 input kernel");
+        after_ours = true;
+      }
+      args[0] = quant_input_;
+      if (!logits) quantized = st.in[0];
+    }
     params_.resize(args.size());
     for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];
     Status launched =

@@ -112,8 +112,9 @@ class CudaExecutor : public Executor {
   const DeviceMemoryPlan& memory() const { return memory_; }
   /// Module-selection notes (PTX JIT, compatible CUBIN), one per target used.
   const std::vector<std::string>& warnings() const { return warnings_; }
-  /// Steps per forward(): one kernel launch each (a GEMM library step may add its to_bf16
-  /// conversion and the library's own kernels).
+  /// Kernels per decode forward(): one per step, two for a GEMV step over int8 activations (its
+  /// input's quantize_q8 kernel; fewer when consecutive steps read one input; a GEMM library
+  /// step of a bigger forward may add its to_bf16 conversion and the library's own kernels).
   int launches_per_step() const;
   /// The GEMM library the steps call ("" when none loaded or none is asked for), and how many
   /// steps call it.
@@ -205,6 +206,7 @@ class CudaExecutor : public Executor {
   std::string library_name_;
   DevicePtr library_work_ = 0, library_input_ = 0;
   DevicePtr library_weight_ = 0;  // a quantized library step's weight in bf16 (0: none)
+  DevicePtr quant_input_ = 0;     // a GEMV's input as int8 rows (quant_input_bytes; 0: none)
   int library_min_rows_ = INT32_MAX;  // the fewest rows at which a step calls it
   // Profiling: the attached profiler and its events (one before the first step, one after each
   // step, one after the summary kernel), created when it is attached.

@@ -96,11 +96,17 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
-uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t library_workspace) {
-  const fb::Program* prog = nullptr;
+namespace {
+const fb::Program* forward_program(const fb::Plan& plan) {
   if (plan.programs())
     for (const fb::Program* p : *plan.programs())
-      if (p->name()->string_view() == "forward") prog = p;
+      if (p->name() && p->name()->string_view() == "forward") return p;
+  return nullptr;
+}
+}  // namespace
+
+uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t library_workspace) {
+  const fb::Program* prog = forward_program(plan);
   if (!prog || !prog->steps()) return 0;
   bool any = false;
   uint64_t widest = 0;  // the widest input converted to bf16
@@ -118,10 +124,7 @@ uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t libra
 }
 
 uint64_t gemm_library_weight_bytes(const fb::Plan& plan) {
-  const fb::Program* prog = nullptr;
-  if (plan.programs())
-    for (const fb::Program* p : *plan.programs())
-      if (p->name()->string_view() == "forward") prog = p;
+  const fb::Program* prog = forward_program(plan);
   if (!prog || !prog->steps() || !plan.tensors()) return 0;
   uint64_t largest = 0;
   for (const fb::Step* st : *prog->steps()) {
@@ -136,6 +139,20 @@ uint64_t gemm_library_weight_bytes(const fb::Plan& plan) {
                                               static_cast<uint64_t>(t->shape()->Get(1)) * 2);
   }
   return (largest + 255) / 256 * 256;
+}
+
+uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens) {
+  const fb::Program* prog = forward_program(plan);
+  if (!prog || !prog->steps() || !prog->values()) return 0;
+  uint64_t row = 0;
+  for (const fb::Step* st : *prog->steps()) {
+    if (st->input_quant_kernel() < 0 || !st->inputs() || st->inputs()->size() == 0) continue;
+    const int id = st->inputs()->Get(0);
+    if (id < 0 || id >= static_cast<int>(prog->values()->size())) continue;  // (the plan reader refuses it)
+    const uint64_t k = static_cast<uint64_t>(prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width());
+    row = std::max<uint64_t>(row, (k + 127) / 128 * 160);
+  }
+  return (row * static_cast<uint64_t>(max_tokens) + 255) / 256 * 256;
 }
 
 StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,
@@ -160,7 +177,7 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
     for (const fb::Tensor* t : *plan.tensors()) m.weights += t->size();
   const uint64_t T = static_cast<uint64_t>(max_tokens), S = static_cast<uint64_t>(max_seqs);
   m.activations = mem->arena_bytes_per_token() * T + mem->workspace_bytes_per_seq() * S +
-                  mem->workspace_bytes_fixed() + kernel_workspace_bytes(plan);
+                  mem->workspace_bytes_fixed() + kernel_workspace_bytes(plan) + quant_input_bytes(plan, max_tokens);
   const uint64_t vocab = plan.model() ? static_cast<uint64_t>(plan.model()->vocab_size()) : 0;
   const uint64_t max_len = static_cast<uint64_t>(mem->max_model_len());
   const uint64_t blocks_per_seq = (max_len + kv->block_size() - 1) / kv->block_size();

@@ -51,10 +51,16 @@ uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t libra
 /// (Step.library_weight_kernel: n * k * 2 bytes, 256-aligned); 0 when none.
 uint64_t gemm_library_weight_bytes(const fb::Plan& plan);
 
+/// The int8 activations of the steps whose GEMV reads them (Step.input_quant_kernel): one buffer
+/// of max_tokens rows of the widest such input, each row in quantize_q8's layout
+/// (codegen/KernelFamilies.h, q8RowBytes: 160 bytes per 128 values, the last 128 padded). 0 when
+/// no step has one.
+uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens);
+
 struct DeviceMemoryPlan {
   uint64_t budget = 0;          // utilization * total device memory
   uint64_t weights = 0;         // every tensor of the plan
-  uint64_t activations = 0;     // arena (per token * max_tokens) + workspace
+  uint64_t activations = 0;     // arena (per token * max_tokens) + workspace + int8 GEMV inputs
   uint64_t batch = 0;           // per-step inputs (tokens, positions, slots, tables) and logits
   uint64_t library = 0;         // GEMM library workspace and input copies (gemm_library_bytes)
   uint64_t kv_block_bytes = 0;  // one block of every layer, K and V

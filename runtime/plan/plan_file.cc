@@ -165,6 +165,17 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
           return invalid_argument(where + ": its library weight kernel is of family '" +
                                   (kernel->family() ? kernel->family()->str() : std::string()) + "'");
       }
+      if (const int k = step->input_quant_kernel(); k != -1) {
+        // Int8 activations for the step's own kernel: quantized linear / logits steps only.
+        if ((step->op() != fb::OpKind::Linear && step->op() != fb::OpKind::Logits) || step->kernel() < 0 || k < 0 ||
+            k >= num_kernels)
+          return invalid_argument(where + ": input quantization kernel index out of range, or on a step that is not "
+                                          "a linear or logits with a kernel");
+        const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+        if (!kernel->family() || kernel->family()->str() != "quantize_q8")
+          return invalid_argument(where + ": its input quantization kernel is of family '" +
+                                  (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+      }
       if (step->library_min_rows() < 0 || (step->library_min_rows() > 0 && step->gemm_library() == fb::GemmLibrary::None))
         return invalid_argument(where + ": library_min_rows " + std::to_string(step->library_min_rows()) +
                                 " is negative or without a library");

@@ -146,19 +146,21 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
                   {"cuda_min_driver_version", p.cuda_min_driver_version()}};
   if (const fb::Program* prog = plan.program("forward")) {
     std::map<std::string, int> ops;
-    size_t with_kernel = 0, with_batched = 0, with_library = 0, with_dequant = 0;
+    size_t with_kernel = 0, with_batched = 0, with_library = 0, with_dequant = 0, with_q8 = 0;
     for (auto* st : *prog->steps()) {
       ops[fb::EnumNameOpKind(st->op())]++;
       with_kernel += st->kernel() >= 0;
       with_batched += st->batched_kernel() >= 0;
       with_library += st->gemm_library() != fb::GemmLibrary::None;
       with_dequant += st->library_weight_kernel() >= 0;
+      with_q8 += st->input_quant_kernel() >= 0;
     }
     j["program"] = {{"name", "forward"}, {"steps", prog->steps()->size()},
                     {"steps_with_gpu_kernel", with_kernel},
                     {"steps_with_tensor_core_kernel", with_batched},
                     {"steps_with_gemm_library", with_library},
                     {"steps_with_dequantized_library_weight", with_dequant},
+                    {"steps_with_int8_activation_gemv", with_q8},
                     {"logits_summary_on_gpu", prog->logits_summary_kernel() >= 0}, {"ops", ops}};
   }
   if (const fb::KvSpec* kv = p.kv())

@@ -297,6 +297,16 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
                                       model=gptq_model)
     assert gptq_gen["steps_with_gemm_library"] == gptq_gen["steps_with_dequantized_library_weight"] == 0, gptq_gen
     assert not re.search(rb"llm_dequant_bf16_", gptq_gen_blob)
+    # Quantized GEMVs read int8 activations (--quant-gemv int8, the default): each linear step
+    # carries a quantize_q8 kernel for its input and its GEMV is the dp4a one; dense steps none.
+    assert gptq["steps_with_int8_activation_gemv"] == gptq["ops"]["Linear"], gptq
+    assert re.search(rb"llm_quantize_q8_k\d+_[0-9a-f]{12}", gptq_blob)
+    assert re.search(rb"llm_linear_n\d+_k\d+_int4_g\d+_f16_\w+_mma8_q8a_[0-9a-f]{12}", gptq_blob)
+    assert default["steps_with_int8_activation_gemv"] == f32["steps_with_int8_activation_gemv"] == 0
+    gptq_f32, gptq_f32_blob = program("gptq_f32", "--weight-layout", "cuda-mma", "--quant-gemv", "f32",
+                                      model=gptq_model)
+    assert gptq_f32["steps_with_int8_activation_gemv"] == 0, gptq_f32
+    assert not re.search(rb"llm_quantize_q8_|_q8a_", gptq_f32_blob)
 
     # Without GPU targets nothing goes to the library (there is no GPU path at all).
     ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])
@@ -313,6 +323,10 @@ def test_dense_gemm_bad_value_is_a_clean_error(llmc, tmp_path):
     assert proc.returncode > 0, proc
     assert "--quant-gemm" in proc.stderr and "marlin" in proc.stderr, proc.stderr
     assert "cublaslt" in proc.stderr and "generated" in proc.stderr, proc.stderr  # says what is allowed
+    proc = run([llmc, "compile", TINY / "llama", "-o", out, "--target", "none", "--quant-gemv", "fp8"])
+    assert proc.returncode > 0, proc
+    assert "--quant-gemv" in proc.stderr and "fp8" in proc.stderr, proc.stderr
+    assert "int8" in proc.stderr and "f32" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "terminate" not in proc.stderr, proc.stderr
     assert not out.exists()
 

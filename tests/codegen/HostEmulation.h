@@ -203,6 +203,28 @@ static inline float __fadd_rn(float a, float b) {
   volatile float r = a + b;
   return r;
 }
+static inline float __fdiv_rn(float a, float b) {
+  volatile float r = a / b;
+  return r;
+}
+
+/// dp4a.<a>.s32: c + the sum of the 4 byte products of a (signed bytes, else unsigned) and b
+/// (signed bytes).
+template <bool kSignedA> static inline int llmcEmuDp4a(unsigned a, unsigned b, int c) {
+  for (int i = 0; i < 4; ++i) {
+    const int x = kSignedA ? int(int8_t(a >> (8 * i))) : int((a >> (8 * i)) & 255u);
+    c += x * int(int8_t(b >> (8 * i)));
+  }
+  return c;
+}
+/// prmt.b32: byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes {b, a} (a's 0-3).
+static inline unsigned __byte_perm(unsigned a, unsigned b, unsigned s) {
+  const uint64_t both = uint64_t(a) | (uint64_t(b) << 32);
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i)
+    r |= unsigned((both >> (8 * ((s >> (4 * i)) & 7u))) & 255u) << (8 * i);
+  return r;
+}
 
 /// cvt.rna.tf32.f32: f32 rounded to TF32 (10 mantissa bits), ties away from zero; the result
 /// is an f32 bit pattern whose low 13 bits are zero (non-finite values pass through).

@@ -4,6 +4,7 @@
 // quantize_row, pack_tile into the cuda_mma_n8 layout, dequantize_row).
 
 #include "codegen/KernelFamilies.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/quant/quant_format.h"
 
 #include "HostKernel.h"
@@ -162,6 +163,183 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
     Weight w = quantizedWeight(c.format, c.n, c.k, 11);
     checkLinear(p, w, 6);
   }
+}
+
+/// The fast contract's int8 activations of one row as the CPU quantizes them.
+struct Q8Row {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+};
+Q8Row cpuQuantize(const float *x, int k) {
+  Q8Row r;
+  r.q.resize(size_t(k));
+  r.d.resize(size_t(k / 32));
+  r.s.resize(size_t(k / 32));
+  llmrt::cpu::quantize_activations_scalar(x, k, r.q.data(), r.d.data(), r.s.data());
+  return r;
+}
+/// Where quantize_q8 puts element e of a row (KernelFamilies.h: span, lane quad, sub-block, and
+/// the 8 elements 2q, 2q+16, 2q+1, 2q+17, 2q+8, 2q+24, 2q+9, 2q+25 of the quad's bytes).
+size_t q8CodeAt(int e) {
+  const int b = e / 32, i = e % 32, span = b / 4, j = b % 4;
+  const int q = (i % 8) / 2, pair = i / 8, odd = i % 2;
+  static constexpr int kByte[2][4] = {{0, 4, 1, 5}, {2, 6, 3, 7}}; // [odd][pair]
+  return size_t(span) * 128 + 32 * q + 8 * j + kByte[odd][pair];
+}
+/// The q8 row the layout describes, built here from the CPU's quantization (unused bytes 0xEE).
+std::vector<uint8_t> packQ8Row(const Q8Row &r, int k) {
+  std::vector<uint8_t> row(size_t(llmc::q8RowBytes(k)), 0xEE);
+  const int spans = (k + 127) / 128;
+  for (int e = 0; e < k; ++e)
+    row[q8CodeAt(e)] = uint8_t(r.q[size_t(e)]);
+  for (int b = 0; b < k / 32; ++b) {
+    std::memcpy(&row[size_t(spans) * 128 + 4 * size_t(b)], &r.d[size_t(b)], 4);
+    std::memcpy(&row[size_t(spans) * 144 + 4 * size_t(b)], &r.s[size_t(b)], 4);
+  }
+  return row;
+}
+
+TEST(QuantizeQ8Kernel, QuantizesAsTheCpuFastContractBitForBit) {
+  // Codes, scales and sums equal the CPU's (quantize_activations_scalar) in every byte, rows
+  // gathered or not; blocks of zeros (scale 0), ties of the rounding (x / d = 2.5, -3.5: to
+  // even), widths ending in a short span (96, 160) and many spans (1056); one block and the
+  // rule's grid write the same bytes, nothing else of the row.
+  using QuantFn = void (*)(const float *, const int *, unsigned char *, int, unsigned);
+  for (const int k : {32, 96, 160, 1056}) {
+    for (const bool gather : {false, true}) {
+      SCOPED_TRACE("k=" + std::to_string(k) + (gather ? " gather" : ""));
+      auto spec = llmc::emitQuantizeQ8Kernel(k, gather);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      EXPECT_EQ(spec->family, "quantize_q8");
+      HostKernel kernel(*spec, "const float *x, const int *rows, unsigned char *out, int T", "x, rows, out, T");
+      ASSERT_TRUE(kernel.ok()) << kernel.error();
+      const int T = 3, xrows = gather ? 5 : T;
+      std::vector<float> x = randomVector(size_t(xrows) * k, 91, -3.0f, 3.0f);
+      for (int i = 0; i < 32; ++i) { // block 0 of row 1: zeros; the last block of row 0: ties
+        x[size_t(k) + i] = 0.0f;
+        x[size_t(k) - 32 + i] = i == 0 ? 127.0f : i == 1 ? 2.5f : i == 2 ? -3.5f : float(i % 7) - 3.0f;
+      }
+      std::vector<int> rows = {4, 0, 2};
+      const size_t rb = size_t(llmc::q8RowBytes(k));
+      std::vector<uint8_t> out(size_t(T) * rb, 0xEE);
+      kernel.get<QuantFn>()(x.data(), gather ? rows.data() : nullptr, out.data(), T, gridFor(*spec, T));
+      for (int t = 0; t < T; ++t) {
+        const Q8Row want = cpuQuantize(&x[size_t(gather ? rows[t] : t) * k], k);
+        const std::vector<uint8_t> packed = packQ8Row(want, k);
+        EXPECT_EQ(std::vector<uint8_t>(out.begin() + long(t * rb), out.begin() + long((t + 1) * rb)), packed)
+            << "row " << t;
+      }
+      if (!gather) {
+        const Q8Row ties = cpuQuantize(&x[0], k);
+        EXPECT_EQ(ties.q[size_t(k) - 31], 2); // 2.5 -> 2, -3.5 -> -4: the CPU's lrint
+        EXPECT_EQ(ties.q[size_t(k) - 30], -4);
+      }
+      std::vector<uint8_t> one(out.size(), 0xEE);
+      kernel.get<QuantFn>()(x.data(), gather ? rows.data() : nullptr, one.data(), T, 1);
+      EXPECT_EQ(one, out);
+    }
+  }
+  EXPECT_FALSE(llmc::emitQuantizeQ8Kernel(100, false).ok());
+  EXPECT_FALSE(llmc::emitQuantizeQ8Kernel(0, false).ok());
+}
+
+TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
+  // The CUDA-core GEMV over quantize_q8's rows: y = sum over k of w_k * d_b * q_k (w_k the exact
+  // dequantized weight, d_b q_k the CPU's int8 activation), which is the fast contract's sum of
+  // d_w d_x (integer block sums) + offsets. Every format (signed sym int8, unsigned nibbles and
+  // bytes with zero points or minimums), groups of 32 to whole rows, short last spans, partial
+  // tiles, 1-4 tokens per item and a second chunk (T = 6), bias; the f32-activation kernel of
+  // the same step differs by the activations' rounding only.
+  struct Case {
+    const char *format;
+    int n, k, T;
+    bool bias;
+  };
+  for (const Case &c : {Case{"int4-g32-f16-sym", 20, 96, 6, false}, Case{"int4-g32-f16-min", 16, 160, 1, true},
+                        Case{"int8-g32-f16-sym", 20, 96, 3, false}, Case{"int4-g128-bf16-zp", 12, 256, 6, false},
+                        Case{"int8-g64-f32-zp", 9, 192, 2, true}, Case{"int8-row-bf16-min", 8, 224, 4, false},
+                        Case{"int4-row-f32-sym", 7, 64, 5, false}, Case{"int4-g128-f16-min", 16, 640, 1, false},
+                        Case{"int4-g64-f16-zp", 9, 320, 6, false}, Case{"int8-g128-bf16-sym", 8, 512, 6, false},
+                        Case{"int4-g32-f16-min", 20, 1056, 2, false}, Case{"int4-g32-f16-min", 96, 32, 6, false},
+                        Case{"int4-g32-f16-zp", 64, 64, 5, true}}) {
+    SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                 " T=" + std::to_string(c.T));
+    llmc::LinearParams p;
+    p.n = c.n;
+    p.k = c.k;
+    p.weight = c.format;
+    p.bias = c.bias;
+    p.int8Activations = true;
+    auto spec = llmc::emitLinearKernel(p);
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    EXPECT_NE(spec->entry.find("_q8a_"), std::string::npos) << spec->entry;
+    HostKernel kernel(*spec, kParams, kArgs);
+    ASSERT_TRUE(kernel.ok()) << kernel.error();
+    const Weight w = quantizedWeight(c.format, c.n, c.k, 17);
+    const std::vector<float> x = randomVector(size_t(c.T) * c.k, 93);
+    const std::vector<float> bias = randomVector(size_t(c.n), 94);
+    const size_t rb = size_t(llmc::q8RowBytes(c.k));
+    std::vector<uint8_t> xq(size_t(c.T) * rb);
+    std::vector<Q8Row> q8;
+    for (int t = 0; t < c.T; ++t) {
+      q8.push_back(cpuQuantize(&x[size_t(t) * c.k], c.k));
+      const std::vector<uint8_t> row = packQ8Row(q8.back(), c.k);
+      std::copy(row.begin(), row.end(), xq.begin() + long(t * rb));
+    }
+    auto run = kernel.get<LinearFn>();
+    std::vector<float> y(size_t(c.T) * c.n, NAN);
+    run(reinterpret_cast<const float *>(xq.data()), w.bytes.data(), c.bias ? bias.data() : nullptr, nullptr,
+        y.data(), c.T, gridFor(*spec, c.T));
+    size_t bad = 0;
+    for (int t = 0; t < c.T; ++t)
+      for (int o = 0; o < c.n; ++o) {
+        double want = c.bias ? bias[size_t(o)] : 0.0, mag = std::fabs(want);
+        for (int e = 0; e < c.k; ++e) {
+          const double xe = double(q8[size_t(t)].d[size_t(e / 32)]) * q8[size_t(t)].q[size_t(e)];
+          want += double(w.values[size_t(o) * c.k + e]) * xe;
+          mag += std::fabs(double(w.values[size_t(o) * c.k + e]) * xe);
+        }
+        const double got = y[size_t(t) * c.n + o];
+        if (!(std::fabs(got - want) <= 1e-5 * mag + 1e-6) && ++bad <= 5)
+          ADD_FAILURE() << "y[" << t << ", " << o << "] = " << got << ", want " << want;
+      }
+    EXPECT_EQ(bad, 0u);
+    // The CPU backend's own fast-contract kernel on the same packed weight: the same sums in
+    // another order.
+    {
+      llmrt::cpu::QuantMatrix m;
+      m.data = w.bytes.data();
+      m.format = quant::parse_format(c.format).value();
+      m.n = c.n;
+      m.k = c.k;
+      m.row_bytes = quant::row_bytes(m.format, c.k).value();
+      m.layout = quant::Layout::kCudaMma8;
+      llmrt::cpu::QuantScratch scratch;
+      scratch.ensure(c.T, c.k, 1);
+      llmrt::ThreadPool pool(1);
+      std::vector<float> cpu(y.size(), NAN);
+      llmrt::cpu::linear_q(x.data(), nullptr, c.T, m, c.bias ? bias.data() : nullptr, cpu.data(),
+                           llmrt::cpu::CpuContract::kFast, scratch, pool);
+      size_t off = 0;
+      for (size_t i = 0; i < y.size(); ++i)
+        if (!(std::fabs(double(y[i]) - cpu[i]) <= 1e-5 * std::max(1.0, std::fabs(double(cpu[i])))) && ++off <= 5)
+          ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", the CPU's fast contract " << cpu[i];
+      EXPECT_EQ(off, 0u);
+    }
+    std::vector<float> y1(y.size(), NAN); // one block, grid-stride: the same bits
+    run(reinterpret_cast<const float *>(xq.data()), w.bytes.data(), c.bias ? bias.data() : nullptr, nullptr,
+        y1.data(), c.T, 1);
+    EXPECT_TRUE(bitEqual(y, y1));
+  }
+  // Dense weights and the tensor-core tiles have no int8-activation kernel.
+  llmc::LinearParams p;
+  p.n = 8;
+  p.k = 64;
+  p.int8Activations = true;
+  EXPECT_FALSE(llmc::emitLinearKernel(p).ok());
+  p.weight = "int4-g32-f16-sym";
+  p.tensorCores = true;
+  EXPECT_FALSE(llmc::emitLinearKernel(p).ok());
 }
 
 TEST(DequantBf16Kernel, WritesEachWeightAsItsExactValueRoundedToBf16) {

@@ -105,6 +105,16 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitToBf16Kernel(14336));
   add(llmc::emitDequantBf16Kernel("int4-g128-f16-sym", 28672, 4096));
   add(llmc::emitDequantBf16Kernel("int8-g32-bf16-zp", 4096, 14368));
+  // The decode GEMV over int8 activations (dp4a) and its input's quantization: Llama-3-8B's
+  // shapes in the bench's int4-g128 with minimums, GPTQ's zero points, Q4_1 and Q8_0 (signed),
+  // the down projection (k 14336), a quantized lm_head over gathered rows.
+  for (const char *weight : {"int4-g128-f16-min", "int4-g128-f16-zp", "int4-g32-f16-min", "int8-g32-f16-sym"})
+    add(llmc::emitLinearKernel({4096, 4096, weight, false, false, false, true}));
+  add(llmc::emitLinearKernel({4096, 14336, "int4-g128-f16-min", false, false, false, true}));
+  add(llmc::emitLinearKernel({128256, 4096, "int8-g32-f16-sym", false, true, false, true}));
+  add(llmc::emitQuantizeQ8Kernel(4096, false));
+  add(llmc::emitQuantizeQ8Kernel(14336, false));
+  add(llmc::emitQuantizeQ8Kernel(4096, true));
   return specs;
 }
 
@@ -323,6 +333,9 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       const bool gemv = (spec.family == "linear" || spec.family == "logits") &&
                         contains(spec.entry, "_mma8_") && !contains(spec.entry, "_tc_");
       EXPECT_LE(image.resources.spillBytes, gemv ? 32u : 0u);
+      // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, else unsigned.
+      if (contains(spec.entry, "_q8a_"))
+        EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_g32_f16_sym") ? "dp4a.s32.s32" : "dp4a.u32.s32"));
       if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
       // Programmatic dependent launch (plan KernelImage.grid_dependency_control): on sm_90 the

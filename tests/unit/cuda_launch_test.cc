@@ -217,6 +217,38 @@ TEST(CudaLaunch, GemmLibraryMemoryHoldsTheLargestDequantizedWeight) {
   EXPECT_EQ(gemm_library_bytes(plan, 256, 1024), 1024 + 4096ull * 256 * 2 + weight);
 }
 
+// The int8 activations of quantized GEMVs: one buffer of max_tokens rows of the widest input a
+// quantize_q8 kernel writes, 160 bytes per 128 values (the last 128 padded), 256-aligned.
+TEST(CudaLaunch, Int8ActivationMemoryHoldsTheWidestInput) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::Value>> values;
+  const int64_t widths[] = {1, 4096, 14336, 99968, 96};
+  for (int i = 0; i < 5; ++i)
+    values.push_back(fb::CreateValueDirect(b, static_cast<uint32_t>(i), "v", fb::RowKind::Tokens, widths[i],
+                                           fb::DType::F32, 0));
+  auto step = [&](int in, int quant) {
+    std::vector<int> ins = {in}, outs = {0};
+    return fb::CreateStepDirect(b, fb::OpKind::Linear, &ins, &outs, nullptr, nullptr, 0, "linear", -1, 0,
+                                fb::GemmLibrary::None, -1, -1, 0, quant);
+  };
+  // 4096 and 14336 (the widest quantized) wide; 99968 without a quantize kernel.
+  std::vector<flatbuffers::Offset<fb::Step>> steps = {step(1, 1), step(2, 1), step(3, -1)};
+  const std::vector<uint8_t> with = forward_plan(b, values, steps);
+  const fb::Plan& plan = *flatbuffers::GetRoot<fb::Plan>(with.data());
+  EXPECT_EQ(quant_input_bytes(plan, 512), 14336ull / 128 * 160 * 512);
+  EXPECT_EQ(quant_input_bytes(plan, 3), (14336ull / 128 * 160 * 3 + 255) / 256 * 256);
+  flatbuffers::FlatBufferBuilder b2;
+  std::vector<flatbuffers::Offset<fb::Value>> v2 = {
+      fb::CreateValueDirect(b2, 0, "x", fb::RowKind::Tokens, 96, fb::DType::F32, 0)};
+  std::vector<int> io = {0};
+  std::vector<flatbuffers::Offset<fb::Step>> s2 = {fb::CreateStepDirect(
+      b2, fb::OpKind::Linear, &io, &io, nullptr, nullptr, 0, "linear", -1, 0, fb::GemmLibrary::None, -1, -1, 0, 1)};
+  const std::vector<uint8_t> small = forward_plan(b2, v2, s2);
+  EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(small.data()), 1), 256u);  // 160 -> 256
+  const std::vector<uint8_t> none = library_plan(false);
+  EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(none.data()), 512), 0u);
+}
+
 TEST(CudaLaunch, GemmLibraryMemory) {
   const uint64_t workspace = uint64_t{32} << 20;
   auto with = library_plan(true);

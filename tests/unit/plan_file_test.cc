@@ -278,6 +278,68 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
   }
 }
 
+TEST(PlanFile, InputQuantKernelIsChecked) {
+  // A one-step program over kernels 0 linear, 1 quantize_q8, 2 rms_norm: a linear or logits step
+  // with a kernel may name a quantize_q8 kernel for its input (schema minor 8); anything else is
+  // refused naming the step.
+  struct Case {
+    const char* what;
+    fb::OpKind op;
+    int kernel;
+    int quant;
+    const char* error;  // nullptr: accepted
+  };
+  const Case cases[] = {
+      {"a linear step", fb::OpKind::Linear, 0, 1, nullptr},
+      {"a logits step", fb::OpKind::Logits, 0, 1, nullptr},
+      {"none", fb::OpKind::Linear, 0, -1, nullptr},
+      {"an rms_norm step", fb::OpKind::RmsNorm, 2, 1, "not a linear or logits with a kernel"},
+      {"a step without a kernel", fb::OpKind::Linear, -1, 1, "not a linear or logits with a kernel"},
+      {"past the kernels", fb::OpKind::Linear, 0, 3, "input quantization kernel index out of range"},
+      {"negative", fb::OpKind::Linear, 0, -2, "input quantization kernel index out of range"},
+      {"of family rms_norm", fb::OpKind::Linear, 0, 2, "input quantization kernel is of family 'rms_norm'"},
+      {"of family linear", fb::OpKind::Linear, 0, 0, "input quantization kernel is of family 'linear'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Value>> values = {
+        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
+    std::vector<int> io = {0};
+    std::vector<flatbuffers::Offset<fb::Step>> steps = {
+        fb::CreateStepDirect(fbb, c.op, &io, &io, nullptr, nullptr, c.kernel, "step", -1, 0, fb::GemmLibrary::None,
+                             -1, -1, 0, c.quant)};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {
+        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
+    auto progs = fbb.CreateVector(programs);
+    std::vector<int> block = {128, 1, 1};
+    std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
+    for (const char* family : {"linear", "quantize_q8", "rms_norm"})
+      kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
+                                               nullptr));
+    auto kernels_off = fbb.CreateVector(kernels);
+    fb::PlanBuilder pb(fbb);
+    pb.add_schema_major(kSchemaMajor);
+    pb.add_schema_minor(kSchemaMinor);
+    pb.add_cpu_kernel_abi(kCpuKernelAbi);
+    pb.add_programs(progs);
+    pb.add_kernels(kernels_off);
+    fb::FinishPlanBuffer(fbb, pb.Finish());
+    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    if (!c.error) {
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      EXPECT_EQ((*plan)->program("forward")->steps()->Get(0)->input_quant_kernel(), c.quant);
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
+      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
+      EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos)
+          << plan.status().message();
+    }
+  }
+}
+
 TEST(PlanFile, TruncationsAndFlipsNeverCrash) {
   auto spec = make_tiny_plan(TinyPlanConfig{});
   std::string path = temp_path("fuzz");

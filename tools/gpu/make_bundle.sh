@@ -32,8 +32,12 @@ compile() { "$LLMC" compile -q "$@"; }
 # CUDA-core path (--no-tensor-cores; tolerance 1e-3), on the tensor cores (*_tc: TF32 prefill and
 # tiled attention, tolerance 5e-3) and with bf16 weights through cuBLASLt (*_bf16lib).
 compile "$TINY" -o "$OUT/plans/tiny_llama_tc.fb" --target "$TARGET"
+# (the int4 _tc plan keeps its linear steps on the generated TF32 tiles and f32 GEMV; _lib is the
+# default: dequant_bf16 + cuBLASLt from 16 rows, the int8-activation GEMV below)
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_tc.fb" --target "$TARGET" \
-  --weight-layout cuda-mma --cpu-kernels reference
+  --weight-layout cuda-mma --cpu-kernels reference --quant-gemm generated --quant-gemv f32
+compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_lib.fb" --target "$TARGET" \
+  --weight-layout cuda-mma
 compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16lib.fb" --target "$TARGET" --weight-dtype bf16
 compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
@@ -44,6 +48,11 @@ compile "$QUANT/gptq_8bit_sym" -o "$OUT/plans/gptq8_mma.fb" --target "$TARGET" -
   --cpu-kernels reference
 compile "$QUANT/awq_4bit_gemm" -o "$OUT/plans/awq4_mma.fb" --target "$TARGET" --weight-layout cuda-mma \
   --cpu-kernels reference
+# The quantized GEMV over f32 activations (the default reads int8 ones, the fast contract).
+compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_f32gemv.fb" --target "$TARGET" \
+  --weight-layout cuda-mma --cpu-kernels reference --quant-gemv f32
+compile "$QUANT/awq_4bit_gemm" -o "$OUT/plans/awq4_mma_f32gemv.fb" --target "$TARGET" --weight-layout cuda-mma \
+  --cpu-kernels reference --quant-gemv f32
 # Dense bf16 weights (with q/k/v biases) and quantized tables (int8 like GGUF's Q8_0 token table,
 # read by the embedding gather and the logits).
 compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16.fb" --target "$TARGET" --weight-dtype bf16
@@ -88,6 +97,10 @@ compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --ta
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target "$TARGET" --weight-dtype bf16 \
   --max-model-len 4096
+# The int4 plan's decode GEMV over f32 activations instead of int8 ones (dp4a): the A/B.
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_f32gemv.fb" --target "$TARGET" \
+  --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \
+  --quant-gemv f32
 # The int4 plan without tensor-core kernels: prefill on the f32 CUDA-core GEMV (their win, measured).
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_notc.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \
@@ -112,19 +125,27 @@ PROMPT24="1,5,9,13,2,7,11,3,8,4,6,10,12,14,15,16,17,18,19,20,21,22,23,24"
 PROMPT80="$PROMPT24,$(python3 -c "print(','.join(str((7 * i + 3) % 100 + 1) for i in range(56)))")"
 echo "$PROMPT80" > "$R/prompt80.ids"
 : > "$R/cases.txt"
-# case NAME PLAN TOL PROMPT [GPU-only flags]: CPU logits at every prompt position and 24 greedy tokens.
+# case NAME PLAN TOL PROMPT [GPU-only flags]: CPU logits at every prompt position and 24 greedy tokens
+# (the CPU under the contract $CONTRACT, default reference).
 case_ref() {
   local name=$1 plan=$2 tol=$3 prompt=$4
   shift 4
-  echo "--prompt-ids $prompt --max-tokens 24 --temperature 0 --ignore-eos --cpu-kernels reference" > "$R/$name.args"
+  echo "--prompt-ids $prompt --max-tokens 24 --temperature 0 --ignore-eos --cpu-kernels ${CONTRACT:-reference}" \
+    > "$R/$name.args"
   "$LLMRT" run "$OUT/plans/$plan.fb" --device cpu $(cat "$R/$name.args") --all-logits-out "$R/$name.cpu.npy" --json \
     > "$R/$name.cpu.gen.json"
   echo "$name $plan $tol $*" >> "$R/cases.txt"
 }
-for plan in tiny_llama_f32 tiny_llama3_rope_f32 gptq4_desc_act_mma gptq8_mma awq4_mma tiny_qwen2_bf16 \
-            tiny_llama_int8_mma tiny_mistral_swa_kv8; do
+for plan in tiny_llama_f32 tiny_llama3_rope_f32 gptq4_desc_act_mma_f32gemv awq4_mma_f32gemv tiny_qwen2_bf16 \
+            tiny_mistral_swa_kv8; do
   case_ref "$plan" "$plan" 1e-3 "$PROMPT24"
 done
+# Quantized GEMVs over int8 activations against the CPU's fast contract, which quantizes them
+# alike: an input the two backends compute a rounding apart can land a code apart, so 1e-2.
+for plan in gptq4_desc_act_mma gptq8_mma awq4_mma tiny_llama_int8_mma; do
+  CONTRACT=fast case_ref "$plan" "$plan" 1e-2 "$PROMPT24"
+done
+CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
 case_ref tiny_llama_tc_nographs tiny_llama_tc 5e-3 "$PROMPT80" --no-cuda-graphs

@@ -14,6 +14,8 @@
 #   bandwidth  device read bandwidth (a 4 GiB device-to-device copy through PyTorch)
 #   bench      llmrt bench on Llama-3-8B shapes (int4-g128, bf16): prefill 512/2048, decode at
 #              batch 1 and 32, next to the bandwidth bound (weight bytes per token / bandwidth)
+#   gemv       int4-g128 decode (batch 1 and 8) on the GEMV over f32 activations, to compare with the
+#              default int8-activation (dp4a) GEMV of the bench stage
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
@@ -110,7 +112,8 @@ gpu_run() {
 if stage diff 40; then
   say "Differential check: CUDA vs CPU logits at every prompt position (fail above tol x max|logit|), 24 greedy tokens."
   say "f32 plans (--no-tensor-cores): tol 1e-3; *_tc (TF32 tensor cores, tiled attention, 80-token prompt): 5e-3;"
-  say "*_bf16lib (bf16 weights through cuBLASLt, bf16 activations): 2e-2."
+  say "*_bf16lib (bf16 weights through cuBLASLt, bf16 activations): 2e-2. Quantized plans whose GEMV reads int8"
+  say "activations (the default) against the CPU's fast contract: 1e-2 (a code may land one apart), *_lib 2e-2."
   while read -r name plan tol args; do
     [ -f "$B/ref/$name.cpu.npy" ] || continue
     # shellcheck disable=SC2086
@@ -178,7 +181,7 @@ table = vocab * hidden * 2  # a decode step reads one row of the (bf16) embeddin
 per_token = total - table
 prog = ins["program"]
 print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per decode step: "
-      f"{prog['steps'] + int(prog.get('logits_summary_on_gpu', False))}")
+      f"{prog['steps'] + prog.get('steps_with_int8_activation_gemv', 0) + int(prog.get('logits_summary_on_gpu', False))}")
 for t in bench["tests"]:
     line = f"  {t['name']}: {t['tokens_per_s']:.1f} tok/s"
     if bw > 0 and t["kind"] == "tg":
@@ -202,15 +205,6 @@ if stage bench 90; then
   done
 fi
 
-if stage hf 80; then
-  if python3 -c "import torch, transformers" 2>/dev/null; then
-    limit 200 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes eager \
-      --json "$RAW/hf_eager.json" 2>&1 | grep -v Warning | tee -a "$MD" || say "transformers eager bench FAILED"
-  else
-    say "SKIPPED hf: PyTorch/transformers not installed"
-  fi
-fi
-
 # A bench of one plan with extra flags, its table into the results.
 bench_case() {  # TITLE PLAN SECONDS ARGS...
   local title=$1 plan=$2 t=$3
@@ -221,6 +215,21 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   else say "FAILED:"; tail -5 "$RAW/$plan.$(echo "$*" | tr -c 'a-z0-9' _).txt" | tee -a "$MD"; status=1
   fi
 }
+
+if stage gemv 40; then
+  bench_case "int4-g128 decode with the GEMV over f32 activations (--quant-gemv f32 plan; the bench above: int8, dp4a):" \
+    llama3_8b_int4_g128_f32gemv 100 --pp 0 --tg 64 --batch 8 -r 2
+fi
+
+if stage hf 80; then
+  if python3 -c "import torch, transformers" 2>/dev/null; then
+    limit 200 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes eager \
+      --json "$RAW/hf_eager.json" 2>&1 | grep -v Warning | tee -a "$MD" || say "transformers eager bench FAILED"
+  else
+    say "SKIPPED hf: PyTorch/transformers not installed"
+  fi
+fi
+
 
 if stage graphs 50; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
