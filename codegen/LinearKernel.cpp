@@ -181,7 +181,10 @@ constexpr int kTailSubBlocks = (kK % 128) / 32;
 // the copies in flight cost no registers (prefetching them into registers took so many that
 // the kernel ran at half occupancy or spilled). A stage: the lanes' codes (lane L's m * kW bytes
 // at L * 4 kW), then the 8 rows' scales of each of the span's groups, then their offsets.
-constexpr int kStages = 3;
+// Over int8 activations a span costs about a quarter of the instructions, so a warp asks for its
+// spans sooner: one more span in flight keeps as many bytes requested per multiprocessor (~1.5
+// KiB per warp of int4, 48 KiB at 32 warps: above an H200's ~4.8 TB/s x ~0.8 us / 132 SMs).
+constexpr int kStages = kInt8Activations ? 4 : 3;
 constexpr int kGroupScaleBytes = 8 * kScaleBytes;
 constexpr int kStageScalesAt = 32 * 4 * kW;
 constexpr int kStageOffsetsAt = kStageScalesAt + kSpanGroups * kGroupScaleBytes;
@@ -331,11 +334,9 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, float d, float l
   }
 }
 
-// The M sub-blocks of the span staged at `stage`.
-template <int NT, int M>
-__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const float *x, const int xrow[NT], int span,
-                                         int lane, int n, int q, float acc[NT]) {
-  unsigned words[kW];
+// The lane's code words of the M sub-blocks of the span staged at `stage`.
+template <int M>
+__device__ __forceinline__ void spanWords(const unsigned char *stage, int lane, unsigned words[kW]) {
   if ((M * kW) % 16 == 0) {
 #pragma unroll
     for (int c = 0; c < M * kW / 16; ++c) {
@@ -349,6 +350,14 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const float
     for (int e = 0; e < M * kW / 4; ++e)
       words[e] = reinterpret_cast<const unsigned *>(stage + lane * 4 * kW)[e];
   }
+}
+
+// The M sub-blocks of the span staged at `stage`.
+template <int NT, int M>
+__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const float *x, const int xrow[NT], int span,
+                                         int lane, int n, int q, float acc[NT]) {
+  unsigned words[kW];
+  spanWords<M>(stage, lane, words);
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     const int gi = kGroupPerSpan ? 0 : j;
@@ -402,19 +411,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
                                            const int xrow[NT], int span, int lane, int n, int q,
                                            float acc[NT]) {
   unsigned words[kW];
-  if ((M * kW) % 16 == 0) {
-#pragma unroll
-    for (int c = 0; c < M * kW / 16; ++c) {
-      const Vec16 v = reinterpret_cast<const Vec16 *>(stage + lane * 4 * kW)[c];
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        words[4 * c + e] = v.u[e];
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < M * kW / 4; ++e)
-      words[e] = reinterpret_cast<const unsigned *>(stage + lane * 4 * kW)[e];
-  }
+  spanWords<M>(stage, lane, words);
   // The codes as dp4a operands in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17
   // (int4: nibbles 0, 2, 4, 6 = the low nibbles) and 2q+8, 2q+24, 2q+9, 2q+25 (the high ones).
   unsigned ca[4], cb[4];

@@ -657,6 +657,11 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
   // Whether the stream's last operation is one of the plan's kernels: only then may the next one
   // be launched overlapped with it (not after a copy, an event or a library call; not timed).
   bool after_ours = false;
+  auto start = [&](const Launch& k, int64_t grid, void** params) {
+    return k.overlap && after_ours && !timed
+               ? driver_->launch_programmatic(k.fn, static_cast<unsigned>(grid), k.block, k.shared, params)
+               : driver_->launch(k.fn, static_cast<unsigned>(grid), k.block, k.shared, params);
+  };
   for (size_t index = 0; index < steps_.size(); ++index) {
     Step& st = steps_[index];
     if (timed && index > 0) RETURN_IF_ERROR(driver_->record_event(events_[index]));  // step index-1 done
@@ -755,12 +760,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
         uint64_t qargs[4] = {value_ptr(st.in[0]), logits ? logit_rows_ : 0, quant_input_, 0};
         std::memcpy(&qargs[3], &rows, sizeof(rows));
         void* qparams[4] = {&qargs[0], &qargs[1], &qargs[2], &qargs[3]};
-        const int64_t qgrid = grid_size(st.quant_in.rule, rows, max_grid_);
-        Status q = st.quant_in.overlap && after_ours && !timed
-                       ? driver_->launch_programmatic(st.quant_in.fn, static_cast<unsigned>(qgrid), st.quant_in.block,
-                                                      st.quant_in.shared, qparams)
-                       : driver_->launch(st.quant_in.fn, static_cast<unsigned>(qgrid), st.quant_in.block,
-                                         st.quant_in.shared, qparams);
+        Status q = start(st.quant_in, grid_size(st.quant_in.rule, rows, max_grid_), qparams);
         if (!q.ok()) return q.with_context(st.where + ": its quantize_q8 input kernel");
         after_ours = true;
       }
@@ -769,10 +769,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     }
     params_.resize(args.size());
     for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];
-    Status launched =
-        l.overlap && after_ours && !timed
-            ? driver_->launch_programmatic(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data())
-            : driver_->launch(l.fn, static_cast<unsigned>(grid), l.block, l.shared, params_.data());
+    Status launched = start(l, grid, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
     after_ours = true;
   }
