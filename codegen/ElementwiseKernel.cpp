@@ -53,20 +53,22 @@ ${COPIES}  }
 constexpr const char *kPermuteTemplate = R"cuda(// llmc kernel: permute_columns, width=${D}
 // y[t, j] = x[t, perm[j]]; perm (device memory, from the plan) is checked to
 // be a permutation of 0..${D}-1 when the runtime uploads it.
-// Params: (const float *x, const int *perm, float *out, int T)
+// Params: (const float *x, const int *perm, float *out${Q8_NOTE}, int T)
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
 namespace {
 constexpr int kD = ${D};
 constexpr int kBlock = ${BLOCK};
-} // namespace
+${Q8_STORE}} // namespace
 
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ x, const int *__restrict__ perm,
-         float *__restrict__ out, int T) {
+         float *__restrict__ out${Q8_PARAM}, int T) {
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
     const long long base = (long long)row * kD;
-    for (int j = threadIdx.x; j < kD; j += kBlock)
-      out[base + j] = x[base + perm[j]];
+    for (int j = threadIdx.x; j < kD; j += kBlock) {
+      const float y = x[base + perm[j]];
+      out[base + j] = y;${Q8_WRITE}
+    }
   }
 }
 )cuda";
@@ -120,12 +122,23 @@ llmrt::StatusOr<KernelSpec> emitSplitKernel(int64_t width, const std::vector<int
                             block, "rows");
 }
 
-llmrt::StatusOr<KernelSpec> emitPermuteColumnsKernel(int64_t width) {
+llmrt::StatusOr<KernelSpec> emitPermuteColumnsKernel(int64_t width, bool quantizedOutput) {
   RETURN_IF_ERROR(checkWidth("permute_columns", width));
+  if (quantizedOutput && width % 32 != 0)
+    return llmrt::invalid_argument("permute_columns: int8 output rows need a multiple of 32 columns, got " +
+                                   std::to_string(width));
   const int block = detail::elementwiseBlockSize(width);
+  // With q8 rows a warp's 32 columns are one sub-block (kD and kBlock multiples of 32).
+  const char *write = "\n      if (q8 != nullptr) {\n        const float one[1] = {y};\n"
+                      "        storeQ8<kD, 1>(q8 + row * q8RowBytes<kD>(), j, one, true);\n      }";
   return detail::finishSpec(
-      "permute_columns", "llm_permute_columns_d" + std::to_string(width),
-      detail::substitute(kPermuteTemplate, {{"D", std::to_string(width)}, {"BLOCK", std::to_string(block)}}),
+      "permute_columns", "llm_permute_columns_d" + std::to_string(width) + (quantizedOutput ? "_q8" : ""),
+      detail::substitute(kPermuteTemplate, {{"D", std::to_string(width)},
+                                            {"BLOCK", std::to_string(block)},
+                                            {"Q8_NOTE", quantizedOutput ? ", unsigned char *q8" : ""},
+                                            {"Q8_STORE", quantizedOutput ? detail::kQuantizeQ8Store : ""},
+                                            {"Q8_PARAM", quantizedOutput ? ", unsigned char *__restrict__ q8" : ""},
+                                            {"Q8_WRITE", quantizedOutput ? write : ""}}),
       block, "rows");
 }
 

@@ -158,7 +158,7 @@ FailureOr<KernelSpec> emitRmsNormFamily(Operation *op, bool withAdd) {
   auto eps = numberAttr(op, "eps");
   if (failed(eps))
     return failure();
-  RmsNormParams p{width, (*w)[0], static_cast<float>(*eps)};
+  RmsNormParams p{width, (*w)[0], static_cast<float>(*eps), writesQuantizedOutput(op)};
   return fromStatus(op, withAdd ? emitAddRmsNormKernel(p)
                                 : emitRmsNormKernel(p));
 }
@@ -241,7 +241,7 @@ FailureOr<KernelSpec> emitSiluMul(Operation *op) {
   }
   if (failed(checkWidth(op, op->getResult(0), "result", inter)))
     return failure();
-  return fromStatus(op, emitSiluMulKernel({inter, n == 1}));
+  return fromStatus(op, emitSiluMulKernel({inter, n == 1, writesQuantizedOutput(op)}));
 }
 
 /// The storage of weight operand `v` as the linear and embedding kernels name
@@ -385,7 +385,7 @@ FailureOr<KernelSpec> emitPermuteColumns(Operation *op) {
   auto x = shapeOf(op, op->getOperand(0), "x", 2, Elem::F32);
   if (failed(x) || failed(checkWidth(op, op->getResult(0), "result", (*x)[1])))
     return failure();
-  return fromStatus(op, emitPermuteColumnsKernel((*x)[1]));
+  return fromStatus(op, emitPermuteColumnsKernel((*x)[1], writesQuantizedOutput(op)));
 }
 
 } // namespace
@@ -475,6 +475,27 @@ bool usesInt8Activations(Operation *op) {
     if (auto g = module->getAttrOfType<StringAttr>("llm.gpu_quant_gemv"); g && g.getValue() == "f32")
       return false;
   return true;
+}
+
+bool writesQuantizedOutput(Operation *op) {
+  const llvm::StringRef name = op->getName().getStringRef();
+  if ((name != "llm.rms_norm" && name != "llm.add_rms_norm" && name != "llm.silu_mul" &&
+       name != "llm.permute_columns") ||
+      op->getNumResults() == 0)
+    return false;
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!type || type.getRank() != 2 || type.isDynamicDim(1) || type.getDimSize(1) % 32 != 0)
+    return false;
+  if (name == "llm.rms_norm") { // one group over the row (not a per-head norm)
+    auto w = op->getNumOperands() > 1 ? dyn_cast<RankedTensorType>(op->getOperand(1).getType()) : RankedTensorType();
+    if (!w || w.getRank() != 1 || w.getDimSize(0) != type.getDimSize(1))
+      return false;
+  }
+  for (OpOperand &use : op->getResult(0).getUses())
+    if (use.getOperandNumber() == 0 && use.getOwner()->getName().getStringRef() == "llm.linear" &&
+        usesInt8Activations(use.getOwner()))
+      return true;
+  return false;
 }
 
 FailureOr<std::optional<KernelSpec>> emitInputQuantKernel(Operation *op) {

@@ -30,13 +30,22 @@ llmrt::StatusOr<KernelSpec> emitEmbeddingKernel(const EmbeddingParams &p);
 
 /// llm.rms_norm: x[T, dim], w[group] -> [T, dim], normalizing each group of
 /// `group` columns (dim % group == 0). llm.add_rms_norm uses group == dim.
+/// Params (const float *x, const float *w, float *out[, unsigned char *q8], int T).
+///
+/// quantizedOutput (group == dim, dim % 32 == 0; also SiluMulParams): the kernel takes one more
+/// pointer before T, `q8`, and when it is not null also writes its (normed) output as the int8
+/// rows a quantize_q8 kernel would write from it (emitQuantizeQ8Kernel, bit for bit) -- the
+/// input of an int8-activation GEMV that reads this output, without a kernel of its own
+/// (Step.quantized_output). A null q8 skips them.
 struct RmsNormParams {
   int64_t dim = 0;
   int64_t group = 0;
   float eps = 0.0f;
+  bool quantizedOutput = false;
 };
 llmrt::StatusOr<KernelSpec> emitRmsNormKernel(const RmsNormParams &p);
-/// llm.add_rms_norm: x, residual [T, dim], w[dim] -> normed, sum.
+/// llm.add_rms_norm: x, residual [T, dim], w[dim] -> normed, sum. Params (const float *x,
+/// const float *residual, const float *w, float *normed, float *sum[, unsigned char *q8], int T).
 llmrt::StatusOr<KernelSpec> emitAddRmsNormKernel(const RmsNormParams &p);
 
 /// llm.rope with Hugging Face semantics.
@@ -57,10 +66,13 @@ llmrt::StatusOr<std::vector<float>> computeRopeInvFreq(const RopeParams &p);
 llmrt::StatusOr<KernelSpec> emitRopeKernel(const RopeParams &p);
 
 /// llm.silu_mul: gate[T, inter] * up[T, inter], or fused gate_up[T, 2*inter]
-/// (gate first) -> [T, inter].
+/// (gate first) -> [T, inter]. Params (const float *gate, const float *up, float *out
+/// [, unsigned char *q8], int T), fused (const float *gate_up, float *out[, q8], int T);
+/// quantizedOutput (inter % 32 == 0) as RmsNormParams's.
 struct SiluMulParams {
   int64_t inter = 0;
   bool fused = false;
+  bool quantizedOutput = false;
 };
 llmrt::StatusOr<KernelSpec> emitSiluMulKernel(const SiluMulParams &p);
 
@@ -185,8 +197,10 @@ llmrt::StatusOr<KernelSpec> emitAddKernel(int64_t width);
 /// llm.split of rows of `width` into results of `sizes` columns (in order,
 /// summing to width): (const float *x, float *out0, ..., float *outN-1, int T).
 llmrt::StatusOr<KernelSpec> emitSplitKernel(int64_t width, const std::vector<int64_t> &sizes);
-/// llm.permute_columns: (const float *x, const int *perm, float *out, int T).
-llmrt::StatusOr<KernelSpec> emitPermuteColumnsKernel(int64_t width);
+/// llm.permute_columns: (const float *x, const int *perm, float *out[, unsigned char *q8], int T);
+/// quantizedOutput (width % 32 == 0) as RmsNormParams's (the input permuted for a GPTQ
+/// act-order GEMV).
+llmrt::StatusOr<KernelSpec> emitPermuteColumnsKernel(int64_t width, bool quantizedOutput = false);
 
 } // namespace llmc
 

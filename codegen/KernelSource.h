@@ -64,6 +64,13 @@ llmrt::StatusOr<std::string> ropeRotationSource(const RopeParams &p);
 /// row. value(d) is called once per d (the lane's values are held in registers).
 extern const char *const kInt8RowStore;
 
+/// CUDA source of q8RowBytes<K>() and storeQ8<K, V>(row, e0, v, store): V consecutive values
+/// of a row of K from element e0 written into its int8 row of the fast contract (the layout of
+/// emitQuantizeQ8Kernel, bit for bit its output for the same values) by the 32 / V lanes of the
+/// warp holding their sub-block (shuffles: every lane of the warp calls it; only lanes with
+/// `store` write, whole sub-blocks of them). Defined in QuantizeQ8Kernel.cpp.
+extern const char *const kQuantizeQ8Store;
+
 /// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or
 /// a quantized format of runtime/quant/quant_format.h in the cuda_mma_n8 layout.
 struct WeightSource {

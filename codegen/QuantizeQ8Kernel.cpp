@@ -13,7 +13,8 @@
 // 8-byte load (q8RowBytes in KernelFamilies.h has the row layout).
 //
 // One warp per block of 32 values, a lane per value: the block's absolute
-// maximum and code sum are xor-shuffle trees, each lane writes its code byte.
+// maximum and code sum are xor-shuffle trees, each lane writes its code byte
+// (storeQ8, shared with the producers that write these rows themselves).
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,23 +35,12 @@ constexpr int kK = ${K};
 constexpr bool kGather = ${GATHER};
 constexpr int kWarps = ${WARPS};
 constexpr int kSubBlocks = kK / 32;
-constexpr int kSpans = (kK + 127) / 128;
-constexpr long long kRowBytes = (long long)kSpans * 160;
-constexpr int kScalesAt = kSpans * 128;
-constexpr int kSumsAt = kScalesAt + kSpans * 16;
 constexpr int kChunks = (kSubBlocks + kWarps - 1) / kWarps; // blocks per row
-} // namespace
+${Q8_STORE}} // namespace
 
 extern "C" __global__ void __launch_bounds__(${BLOCK})
 ${ENTRY}(const float *__restrict__ x, const int *__restrict__ rows, unsigned char *__restrict__ out, int T) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // Element e = lane of the sub-block: its place in the fragment order. In a span's 128 bytes,
-  // lane quad q = (e % 8) / 2 owns 32 q .. 32 q + 31, 8 per sub-block j: word A (bytes 0-3) holds
-  // elements 2q, 2q+16, 2q+1, 2q+17, word B (bytes 4-7) 2q+8, 2q+24, 2q+9, 2q+25 -- the
-  // elements int4 nibbles 0, 2, 4, 6 and 1, 3, 5, 7 of a lane's code word weigh.
-  const int c = lane >> 3, odd = lane & 1, q = (lane & 7) >> 1;
-  const int p = c + 4 * odd; // the nibble of the lane's word at this element
-  const int at = 32 * q + ((p & 1) ? 4 : 0) + (p >> 1); // in its span: + 8 per sub-block
   const long long items = (long long)T * kChunks;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
     const int t = (int)(item / kChunks);
@@ -58,30 +48,66 @@ ${ENTRY}(const float *__restrict__ x, const int *__restrict__ rows, unsigned cha
     if (b >= kSubBlocks)
       continue; // (no barrier below: warps are independent)
     const long long src = kGather ? (long long)rows[t] : t;
-    const float v = x[src * kK + 32 * b + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int m = 16; m >= 1; m >>= 1)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    const int code = __float2int_rn(__fmul_rn(v, id));
-    int sum = code;
-#pragma unroll
-    for (int m = 16; m >= 1; m >>= 1)
-      sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    unsigned char *row = out + (long long)t * kRowBytes;
-    const int span = b >> 2, j = b & 3;
-    row[span * 128 + j * 8 + at] = (unsigned char)(signed char)code;
-    if (lane == 0) {
-      reinterpret_cast<float *>(row + kScalesAt)[b] = d;
-      reinterpret_cast<float *>(row + kSumsAt)[b] = __fmul_rn(d, (float)sum);
-    }
+    const float v[1] = {x[src * kK + 32 * b + lane]};
+    storeQ8<kK, 1>(out + (long long)t * q8RowBytes<kK>(), 32 * b + lane, v, true);
   }
 }
 )cuda";
 
 } // namespace
+
+// Shared with the kernels that write a GEMV's int8 input as a second output of their own
+// (rms_norm, add_rms_norm, silu_mul with RmsNormParams / SiluMulParams::quantizedOutput): the
+// same operations, so the same bits as this family's kernel reading their f32 output back.
+const char *const detail::kQuantizeQ8Store = R"cuda(// Int8 rows of the fast contract (codegen/KernelFamilies.h, emitQuantizeQ8Kernel).
+template <int K> __device__ __forceinline__ constexpr long long q8RowBytes() { return (K + 127) / 128 * 160LL; }
+
+// Element e (0..31) of a sub-block: its byte among the sub-block's 32 in the lanes' fragment
+// order. Lane quad q = (e % 8) / 2 owns bytes 32 q .. 32 q + 31 of a span, 8 per sub-block:
+// word A (bytes 0-3) holds elements 2q, 2q+16, 2q+1, 2q+17, word B (bytes 4-7) 2q+8, 2q+24,
+// 2q+9, 2q+25 -- the elements int4 nibbles 0, 2, 4, 6 and 1, 3, 5, 7 of a lane's code word weigh.
+__device__ __forceinline__ int q8ByteOf(int e) {
+  const int c = e >> 3, q = (e & 7) >> 1, p = c + 4 * (e & 1); // p: the element's nibble
+  return 32 * q + ((p & 1) ? 4 : 0) + (p >> 1);
+}
+
+// V consecutive values v (V = 1, 2 or 4) of a row of K, from element e0 (a multiple of V): the
+// 32 / V consecutive lanes of the warp that hold a sub-block's 32 values find its absolute
+// maximum and code sum in xor-shuffle trees, each writes its codes, the sub-block's first lane
+// d = amax / 127 and s = d * sum(codes) (codes rint(x * (1 / d)), 0 for an all-zero block).
+// Every lane of the warp must call it (full-mask shuffles), for sub-blocks of one row or not;
+// only lanes with `store` write (whole sub-blocks of lanes: the others' values do not matter).
+template <int K, int V>
+__device__ __forceinline__ void storeQ8(unsigned char *row, int e0, const float v[V], bool store) {
+  constexpr int kSpans = (K + 127) / 128;
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (int m = 16 / V; m >= 1; m >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  const int b = e0 >> 5;
+  unsigned char *codes = row + (b >> 2) * 128 + (b & 3) * 8;
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int code = __float2int_rn(__fmul_rn(v[i], id));
+    sum += code;
+    if (store)
+      codes[q8ByteOf((e0 + i) & 31)] = (unsigned char)(signed char)code;
+  }
+#pragma unroll
+  for (int m = 16 / V; m >= 1; m >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (store && (e0 & 31) == 0) {
+    reinterpret_cast<float *>(row + kSpans * 128)[b] = d;
+    reinterpret_cast<float *>(row + kSpans * 144)[b] = __fmul_rn(d, (float)sum);
+  }
+}
+)cuda";
 
 llmrt::StatusOr<KernelSpec> emitQuantizeQ8Kernel(int64_t k, bool gatherRows) {
   if (k <= 0 || k > detail::kMaxDim || k % 32 != 0)
@@ -94,6 +120,7 @@ llmrt::StatusOr<KernelSpec> emitQuantizeQ8Kernel(int64_t k, bool gatherRows) {
                   {"GATHER", gatherRows ? "true" : "false"},
                   {"GATHER_NOTE", gatherRows ? ", rows gathered (out row t from x row rows[t])" : ""},
                   {"WARPS", std::to_string(kWarpsPerBlock)},
+                  {"Q8_STORE", detail::kQuantizeQ8Store},
                   {"BLOCK", std::to_string(32 * kWarpsPerBlock)},
                   {"BLOCKS_PER_ROW", std::to_string(blocksPerRow)}});
   return detail::finishSpec("quantize_q8",

@@ -26,14 +26,14 @@ constexpr int kBlock = ${BLOCK}; // threads per block, a power of two
 constexpr int kPerThread = (kG + kBlock - 1) / kBlock;
 constexpr float kEps = ${EPS};
 
-${REDUCTIONS}} // namespace
+${REDUCTIONS}${Q8_STORE}} // namespace
 )cuda";
 
 constexpr const char *kRmsNormTemplate = R"cuda(
 // y = x / sqrt(mean(x^2 over the group) + eps) * w[column in group]
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ x, const float *__restrict__ w,
-         float *__restrict__ out, int T) {
+         float *__restrict__ out${Q8_PARAM}, int T) {
   __shared__ float red[kBlock];
   const int tid = threadIdx.x;
   const long long items = (long long)T * kGroups;
@@ -54,8 +54,10 @@ ${ENTRY}(const float *__restrict__ x, const float *__restrict__ w,
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       const int j = tid + k * kBlock;
-      if (j < kG)
-        out[base + j] = v[k] * inv * wv[k];
+      if (j < kG) { // (whole warps: kG and kBlock are multiples of 32 when q8 rows are written)
+        const float y = v[k] * inv * wv[k];
+        out[base + j] = y;${Q8_WRITE_ITEM}
+      }
     }
   }
 }
@@ -66,7 +68,7 @@ constexpr const char *kAddRmsNormTemplate = R"cuda(
 // `sum` may alias `x` or `residual` (same thread reads, then writes).
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
-         float *__restrict__ normed, float *sum, int T) {
+         float *__restrict__ normed, float *sum${Q8_PARAM}, int T) {
   __shared__ float red[kBlock];
   const int tid = threadIdx.x;
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
@@ -90,8 +92,10 @@ ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       const int j = tid + k * kBlock;
-      if (j < kD)
-        normed[base + j] = v[k] * inv * wv[k];
+      if (j < kD) { // (whole warps: kD and kBlock are multiples of 32 when q8 rows are written)
+        const float y = v[k] * inv * wv[k];
+        normed[base + j] = y;${Q8_WRITE_ROW}
+      }
     }
   }
 }
@@ -124,12 +128,34 @@ std::string commonPart(const RmsNormParams &p, int block) {
                                       {"G", std::to_string(p.group)},
                                       {"BLOCK", std::to_string(block)},
                                       {"EPS", detail::floatLiteral(p.eps)},
-                                      {"REDUCTIONS", detail::kBlockReductions}});
+                                      {"REDUCTIONS", detail::kBlockReductions},
+                                      {"Q8_STORE", p.quantizedOutput ? detail::kQuantizeQ8Store : ""}});
+}
+
+// The int8 rows of the output (RmsNormParams::quantizedOutput): the q8 parameter and the store
+// of y (column j of the row `rowExpr`).
+std::vector<std::pair<std::string, std::string>> q8Parts(const RmsNormParams &p, const char *key,
+                                                         const char *rowExpr) {
+  if (!p.quantizedOutput)
+    return {{"Q8_PARAM", ""}, {key, ""}};
+  return {{"Q8_PARAM", ", unsigned char *__restrict__ q8"},
+          {key, std::string("\n        if (q8 != nullptr) {\n          const float one[1] = {y};\n"
+                            "          storeQ8<kD, 1>(q8 + ") +
+                    rowExpr + " * q8RowBytes<kD>(), j, one, true);\n        }"}};
+}
+
+llmrt::Status checkQuantizedOutput(const char *what, const RmsNormParams &p) {
+  if (p.quantizedOutput && (p.group != p.dim || p.dim % 32 != 0))
+    return llmrt::invalid_argument(std::string(what) + ": int8 output rows need one group over the row and a "
+                                   "width that is a multiple of 32 (group " + std::to_string(p.group) +
+                                   ", width " + std::to_string(p.dim) + ")");
+  return llmrt::ok_status();
 }
 } // namespace
 
 llmrt::StatusOr<KernelSpec> emitRmsNormKernel(const RmsNormParams &p) {
   RETURN_IF_ERROR(checkParams("rms_norm", p));
+  RETURN_IF_ERROR(checkQuantizedOutput("rms_norm", p));
   int block = detail::reductionBlockSize(p.group);
   int64_t groups = p.dim / p.group;
   std::string body =
@@ -138,16 +164,17 @@ llmrt::StatusOr<KernelSpec> emitRmsNormKernel(const RmsNormParams &p) {
       detail::floatLiteral(p.eps) + "\n// Launch: blockDim.x = " +
       std::to_string(block) + ", gridDim.x = T * " + std::to_string(groups) +
       " (grid-stride over (row, group)).\n" + commonPart(p, block) +
-      kRmsNormTemplate;
+      detail::substitute(kRmsNormTemplate, q8Parts(p, "Q8_WRITE_ITEM", "item"));
   return detail::finishSpec(
       "rms_norm",
       "llm_rms_norm_d" + std::to_string(p.dim) + "_g" +
-          std::to_string(p.group) + "_e" + epsTag(p.eps),
+          std::to_string(p.group) + "_e" + epsTag(p.eps) + (p.quantizedOutput ? "_q8" : ""),
       body, block, groups == 1 ? "rows" : "rows*" + std::to_string(groups));
 }
 
 llmrt::StatusOr<KernelSpec> emitAddRmsNormKernel(const RmsNormParams &p) {
   RETURN_IF_ERROR(checkParams("add_rms_norm", p));
+  RETURN_IF_ERROR(checkQuantizedOutput("add_rms_norm", p));
   if (p.group != p.dim)
     return llmrt::invalid_argument(
         "add_rms_norm: the weight must cover the whole row (group " +
@@ -157,10 +184,10 @@ llmrt::StatusOr<KernelSpec> emitAddRmsNormKernel(const RmsNormParams &p) {
       "// llmc kernel: add_rms_norm, width=" + std::to_string(p.dim) +
       " eps=" + detail::floatLiteral(p.eps) + "\n// Launch: blockDim.x = " +
       std::to_string(block) + ", gridDim.x = T (grid-stride over rows).\n" +
-      commonPart(p, block) + kAddRmsNormTemplate;
+      commonPart(p, block) + detail::substitute(kAddRmsNormTemplate, q8Parts(p, "Q8_WRITE_ROW", "row"));
   return detail::finishSpec("add_rms_norm",
                             "llm_add_rms_norm_d" + std::to_string(p.dim) +
-                                "_e" + epsTag(p.eps),
+                                "_e" + epsTag(p.eps) + (p.quantizedOutput ? "_q8" : ""),
                             body, block, "rows");
 }
 

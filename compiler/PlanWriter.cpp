@@ -350,7 +350,8 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
     steps.push_back(fb::CreateStepDirect(fbb, kind, &inputs, &outputs, &weights, &params,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
                                          batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput,
-                                         libraryWeight, libraryRows, inputQuant));
+                                         libraryWeight, libraryRows, inputQuant,
+                                         kernel >= 0 && writesQuantizedOutput(op)));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

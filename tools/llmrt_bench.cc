@@ -66,6 +66,7 @@ struct BenchFlags {
   bool no_gemm_library = false;
   bool no_programmatic_launch = false;
   bool no_tensor_core_linear = false;
+  bool no_fused_quantize = false;
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
@@ -336,6 +337,7 @@ int run_bench(const BenchFlags& f) {
   gopts.gemm_library = !f.no_gemm_library;
   gopts.programmatic_launch = !f.no_programmatic_launch;
   gopts.tensor_core_linear = !f.no_tensor_core_linear;
+  gopts.fused_quantize = !f.no_fused_quantize;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -469,6 +471,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_option("--isa", f.isa, "SIMD level of the CPU kernels (scalar, avx2, avx2-vnni, avx512-vnni; default: the best this CPU has)");
   cmd->add_option("--device", f.device, "cpu (default), cuda[:N] or auto (cuda when it can run the plan)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
+  cmd->add_flag("--no-fused-quantize", f.no_fused_quantize, "on cuda: an int8-activation GEMV quantizes its input in its own quantize_q8 kernel even where the step before it can write those rows (plan Step.quantized_output), to compare");
   cmd->add_flag("--no-tensor-core-linear", f.no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
   cmd->add_flag("--no-programmatic-launch", f.no_programmatic_launch, "on cuda (compute capability 9.0+): launch each kernel after the previous one ends, not overlapped with it (programmatic dependent launch), to compare");
   cmd->add_flag("--no-gemm-library", f.no_gemm_library, "on cuda: linear steps the plan gives to cuBLASLt (dense, or quantized and dequantized to bf16) run its generated kernels instead");

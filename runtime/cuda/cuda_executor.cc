@@ -26,6 +26,8 @@ struct CudaExecutor::Step {
   Launch to_bf16;   // kernel -1: the library reads the f32 input
   Launch dequant;   // kernel -1: the library reads the weight as stored (else dequant_bf16's copy)
   Launch quant_in;  // kernel -1: `main` reads the f32 input (else quantize_q8's int8 rows)
+  bool quant_out = false;  // `main` takes a q8 pointer: its output 0 as int8 rows (when not null)
+  bool fuse_quant = false;  // quant_out, and the executor passes one (CudaExecutorOptions::fused_quantize)
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -147,6 +149,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   graphs_enabled_ = opt.cuda_graphs;
   tiled_attention_ = opt.tiled_attention;
   tensor_core_linear_ = opt.tensor_core_linear;
+  fused_quantize_ = opt.fused_quantize;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -415,6 +418,8 @@ Status CudaExecutor::decode(const Plan& plan) {
       RETURN_IF_ERROR(launch(s.input_quant_kernel(), &st.quant_in));
       st.kernels += " (int8 activations)";
     }
+    st.quant_out = s.quantized_output();  // (an rms_norm, add_rms_norm, silu_mul or permute_columns: checked)
+    st.fuse_quant = st.quant_out && fused_quantize_;
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
@@ -424,12 +429,33 @@ Status CudaExecutor::decode(const Plan& plan) {
   return ok_status();
 }
 
+namespace {
+
+// The kernel a step of `rows` rows launches (library calls aside).
+using Step = CudaExecutor::Step;
+
+const Step::Launch& kernel_for(const Step& st, int rows) {
+  return st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
+}
+
+// Whether step `st`, at `rows` rows, runs its GEMV over int8 rows of value `id` (not the library,
+// not the batched kernel): then the step writing `id` may quantize it for it.
+bool gemv_reads_int8(const Step& st, int rows, int id) {
+  return st.op == fb::OpKind::Linear && st.quant_in.kernel >= 0 && !st.in.empty() && st.in[0] == id &&
+         !(st.library && rows >= st.library_min_rows) && &kernel_for(st, rows) == &st.main;
+}
+
+}  // namespace
+
 int CudaExecutor::launches_per_step() const {
-  int launches = 0, quantized = -1;  // as launch_steps() skips a quantization (decode: every GEMV runs)
-  for (const Step& st : steps_) {
+  // As launch_steps() skips a quantization (decode: every GEMV runs).
+  int launches = 0, quantized = -1;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
     const bool logits = st.op == fb::OpKind::Logits;
     launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
     quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
+    if (st.fuse_quant && i + 1 < steps_.size() && gemv_reads_int8(steps_[i + 1], 1, st.out[0])) quantized = st.out[0];
   }
   return launches;
 }
@@ -698,14 +724,25 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     auto scales = [&] {  // int8 caches: the K and V scales follow the caches
       if (kv_i8_) ptr(kc + kv_codes_bytes_), ptr(vc + kv_codes_bytes_);
     };
+    // A step writing int8 rows of its output (Step.quant_out) does so when the next step's GEMV
+    // reads them: into quant_input_, sparing that step's quantize_q8 kernel.
+    const bool writes_q8 =
+        st.fuse_quant && index + 1 < steps_.size() && gemv_reads_int8(steps_[index + 1], T, st.out[0]);
+    auto q8_out = [&] {
+      if (st.quant_out) ptr(writes_q8 ? quant_input_ : 0);
+    };
     switch (st.op) {
       case fb::OpKind::Embedding:
+        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(value_ptr(st.out[0]));
+        break;
       case fb::OpKind::RmsNorm:
         ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(value_ptr(st.out[0]));
+        q8_out();
         break;
       case fb::OpKind::AddRmsNorm:
         ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(weight(0));
         ptr(value_ptr(st.out[0])), ptr(value_ptr(st.out[1]));
+        q8_out();
         break;
       case fb::OpKind::Rope:
       case fb::OpKind::Add:
@@ -714,6 +751,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
       case fb::OpKind::SiluMul:
         for (int id : st.in) ptr(value_ptr(id));
         ptr(value_ptr(st.out[0]));
+        q8_out();
         break;
       case fb::OpKind::Linear:
         ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(weight(1)), ptr(0), ptr(value_ptr(st.out[0]));
@@ -724,6 +762,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
         break;
       case fb::OpKind::PermuteColumns:
         ptr(value_ptr(st.in[0])), ptr(perms_ + st.perm_offset), ptr(value_ptr(st.out[0]));
+        q8_out();
         break;
       case fb::OpKind::Split:
         ptr(value_ptr(st.in[0]));
@@ -747,7 +786,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
       default:
         return internal_error(st.where + ": no launch for this op");
     }
-    const Launch& l = st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
+    const Launch& l = kernel_for(st, rows);
     if (l.work) ptr(work_);  // the kernel's workspace (codegen/KernelSpec.h), before T
     num(rows);
     const int64_t grid = grid_size(l.rule, rows, max_grid_, S);  // (S: the tiled attention's sequence tiles)
@@ -772,6 +811,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     Status launched = start(l, grid, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
     after_ours = true;
+    if (writes_q8) quantized = st.out[0];
   }
   if (timed) RETURN_IF_ERROR(driver_->record_event(events_[steps_.size()]));  // the last step done
   return ok_status();

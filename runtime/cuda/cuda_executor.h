@@ -66,6 +66,9 @@ struct CudaExecutorOptions {
                                      // of the plan's kernels is launched overlapped with it
                                      // (programmatic dependent launch: compute capability 9.0+,
                                      // a CUDA 12.3+ driver); false: one after the other, to compare
+  bool fused_quantize = true;        // a step the plan marks quantized_output writes the int8 rows
+                                     // of its output for the int8-activation GEMV after it (no
+                                     // quantize_q8 launch); false: that GEMV quantizes, to compare
   /// Loads the GEMM library over the driver (tests: an emulation); empty: load_cublaslt.
   std::function<StatusOr<std::unique_ptr<GemmLibrary>>(Driver*)> load_gemm_library;
 };
@@ -194,6 +197,7 @@ class CudaExecutor : public Executor {
   // Decode graphs: sizes, and per size its graph (null until captured); padded batch staging.
   bool graphs_enabled_ = false;
   bool programmatic_launch_ = false;
+  bool fused_quantize_ = true;
   bool tiled_attention_ = true;
   bool tensor_core_linear_ = true;
   std::vector<int> graph_sizes_;

@@ -146,8 +146,10 @@ uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens) {
   if (!prog || !prog->steps() || !prog->values()) return 0;
   uint64_t row = 0;
   for (const fb::Step* st : *prog->steps()) {
-    if (st->input_quant_kernel() < 0 || !st->inputs() || st->inputs()->size() == 0) continue;
-    const int id = st->inputs()->Get(0);
+    // A GEMV's int8 input, written by its quantize_q8 kernel or by the step producing it.
+    const flatbuffers::Vector<int32_t>* v = st->quantized_output() ? st->outputs() : st->inputs();
+    if ((st->input_quant_kernel() < 0 && !st->quantized_output()) || !v || v->size() == 0) continue;
+    const int id = v->Get(0);
     if (id < 0 || id >= static_cast<int>(prog->values()->size())) continue;  // (the plan reader refuses it)
     const uint64_t k = static_cast<uint64_t>(prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width());
     row = std::max<uint64_t>(row, (k + 127) / 128 * 160);

@@ -51,8 +51,9 @@ uint64_t gemm_library_bytes(const fb::Plan& plan, int max_tokens, uint64_t libra
 /// (Step.library_weight_kernel: n * k * 2 bytes, 256-aligned); 0 when none.
 uint64_t gemm_library_weight_bytes(const fb::Plan& plan);
 
-/// The int8 activations of the steps whose GEMV reads them (Step.input_quant_kernel): one buffer
-/// of max_tokens rows of the widest such input, each row in quantize_q8's layout
+/// The int8 activations of the steps whose GEMV reads them (Step.input_quant_kernel), or which
+/// steps write for such a GEMV (Step.quantized_output): one buffer of max_tokens rows of the
+/// widest such value, each row in quantize_q8's layout
 /// (codegen/KernelFamilies.h, q8RowBytes: 160 bytes per 128 values, the last 128 padded). 0 when
 /// no step has one.
 uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens);

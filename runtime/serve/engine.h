@@ -64,6 +64,7 @@ struct EngineOptions {
   bool gemm_library = true;        // --no-gemm-library: dense GEMMs on the plan's generated kernels
   bool programmatic_launch = true; // --no-programmatic-launch: kernels one after the other (cuda)
   bool tensor_core_linear = true;  // --no-tensor-core-linear: linear/logits on the CUDA-core GEMV only
+  bool fused_quantize = true;      // --no-fused-quantize: int8 GEMVs quantize their input themselves
 };
 
 /// What create() settled on (for the startup log and /health).

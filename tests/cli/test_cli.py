@@ -303,10 +303,19 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
     assert re.search(rb"llm_quantize_q8_k\d+_[0-9a-f]{12}", gptq_blob)
     assert re.search(rb"llm_linear_n\d+_k\d+_int4_g\d+_f16_\w+_mma8_q8a_[0-9a-f]{12}", gptq_blob)
     assert default["steps_with_int8_activation_gemv"] == f32["steps_with_int8_activation_gemv"] == 0
+    # The steps before three of each layer's four GEMVs (input norm, post-attention norm,
+    # SiLU*mul) write those int8 rows themselves; o_proj's input (the attention's) is quantized.
+    # With act-order (desc_act) the column permutation before each GEMV writes them, o_proj's too.
+    sym, sym_blob = program("gptq_sym", "--weight-layout", "cuda-mma", model=TINY.parent / "quant" / "gptq_4bit_sym")
+    assert sym["steps_writing_int8_activations"] == 3 * sym["ops"]["PagedAttention"] > 0, sym
+    assert re.search(rb"llm_add_rms_norm_d\d+_e[0-9a-f]{8}_q8_[0-9a-f]{12}", sym_blob)
+    assert re.search(rb"llm_silu_mul_fused_i\d+_q8_[0-9a-f]{12}", sym_blob)
+    assert gptq["steps_writing_int8_activations"] == gptq["ops"]["PermuteColumns"] == gptq["ops"]["Linear"], gptq
+    assert default["steps_writing_int8_activations"] == 0, default
     gptq_f32, gptq_f32_blob = program("gptq_f32", "--weight-layout", "cuda-mma", "--quant-gemv", "f32",
                                       model=gptq_model)
-    assert gptq_f32["steps_with_int8_activation_gemv"] == 0, gptq_f32
-    assert not re.search(rb"llm_quantize_q8_|_q8a_", gptq_f32_blob)
+    assert gptq_f32["steps_with_int8_activation_gemv"] == gptq_f32["steps_writing_int8_activations"] == 0, gptq_f32
+    assert not re.search(rb"llm_quantize_q8_|_q8a_|_q8_[0-9a-f]{12}", gptq_f32_blob)
 
     # Without GPU targets nothing goes to the library (there is no GPU path at all).
     ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])

@@ -573,7 +573,7 @@ void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores
     ex->compare(st, tol);
   EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step());
   EXPECT_EQ(driver.int8GemvLaunches() > 0, int8Gemv) << driver.int8GemvLaunches();
-  EXPECT_EQ(driver.quantizeLaunches() > 0, int8Gemv) << driver.quantizeLaunches();
+  // (their inputs quantized by a quantize_q8 kernel or by the step writing them)
   EXPECT_LE(driver.quantizeLaunches(), driver.int8GemvLaunches());
   std::printf("[ measured ] vs the CPU's %s contract%s: max |logit error| / max(1, max |logit|) = %.2e\n",
               cpuKernels, int8Gemv ? " (int8-activation GEMVs)" : "", ex->worst);
@@ -643,6 +643,74 @@ TEST(CudaExecutor, Int8ActivationGemvsOfOtherCheckpointsMatchTheFastContract) {
     runBothAndCompare(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/" + model,
                                   "--target sm_90 --weight-layout cuda-mma --no-tensor-cores"),
                       kInt8ActivationTol, false, "fast", true);
+  }
+}
+
+TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
+  // The input norm, the post-attention norm and SiLU*mul of every layer write the int8 rows of
+  // the GEMV after them (plan Step.quantized_output): a forward launches quantize_q8 only for
+  // o_proj's input (the attention's output) and the logits' gathered rows. With GPTQ act-order
+  // the column permutation before each of the four GEMVs writes them: no quantize_q8 at all.
+  // The logits equal, bit for bit, those of the same executor told to quantize in every GEMV's
+  // own kernel (--no-fused-quantize), since both write the same rows.
+  for (const bool descAct : {false, true}) {
+    SCOPED_TRACE(descAct ? "gptq_4bit_desc_act" : "gptq_4bit_sym");
+    TempDir dir;
+    auto plan = llmrt::Plan::open(
+        compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/" +
+                             (descAct ? "gptq_4bit_desc_act" : "gptq_4bit_sym"),
+                    "--target sm_90 --weight-layout cuda-mma --no-tensor-cores"));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    const auto *steps = (*plan)->program("forward")->steps();
+    int layers = 0, marked = 0, gemvs = 0, logitsQuant = 0;
+    for (flatbuffers::uoffset_t i = 0; i < steps->size(); ++i) {
+      const llmrt::fb::Step *st = steps->Get(i);
+      layers += st->op() == llmrt::fb::OpKind::PagedAttention;
+      gemvs += st->input_quant_kernel() >= 0;
+      logitsQuant += st->op() == llmrt::fb::OpKind::Logits && st->input_quant_kernel() >= 0;
+      if (!st->quantized_output())
+        continue;
+      ++marked;
+      SCOPED_TRACE(st->name()->str());
+      EXPECT_EQ(st->op() == llmrt::fb::OpKind::PermuteColumns, descAct);
+      ASSERT_LT(i + 1, steps->size());
+      const llmrt::fb::Step *next = steps->Get(i + 1);
+      EXPECT_EQ(next->op(), llmrt::fb::OpKind::Linear);
+      EXPECT_GE(next->input_quant_kernel(), 0);
+      EXPECT_EQ(next->inputs()->Get(0), st->outputs()->Get(0));
+      EXPECT_NE(
+          (*plan)->fb().kernels()->Get(static_cast<flatbuffers::uoffset_t>(st->kernel()))->name()->str().find("_q8_"),
+          std::string::npos);
+    }
+    ASSERT_EQ(layers, 2);
+    EXPECT_EQ(marked, (descAct ? 4 : 3) * layers);
+    EXPECT_EQ(gemvs, 4 * layers + logitsQuant);
+
+    std::vector<std::vector<float>> logits(2);
+    std::vector<int> quantizes(2), int8Gemvs(2);
+    for (const bool fused : {true, false}) {
+      SCOPED_TRACE(fused ? "fused" : "--no-fused-quantize");
+      EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+      auto ex = makeExecutors(**plan, driver, 32, 4, 16, true, true,
+                              [&](cuda::CudaExecutorOptions &o) { o.fused_quantize = fused; }, "fast");
+      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+      const int V = ex->V, bs = ex->bs, mb = 4;
+      for (const Step &st : {makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1),   // prefill (24 rows)
+                             makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)}) {   // decode
+        std::vector<float> lg(st.idx.size() * V, NAN);
+        ASSERT_TRUE(ex->gpu->forward(st.input(), lg.data()).ok());
+        logits[fused].insert(logits[fused].end(), lg.begin(), lg.end());
+        ex->compare(st, kInt8ActivationTol); // (runs the step again on both)
+      }
+      EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step());
+      quantizes[fused] = driver.quantizeLaunches();
+      int8Gemvs[fused] = driver.int8GemvLaunches();
+    }
+    EXPECT_EQ(quantizes[true], 4 * ((descAct ? 0 : layers) + logitsQuant));  // 4 forwards
+    EXPECT_EQ(quantizes[false], 4 * gemvs);
+    EXPECT_EQ(int8Gemvs[true], int8Gemvs[false]);
+    ASSERT_EQ(logits[true].size(), logits[false].size());
+    EXPECT_EQ(std::memcmp(logits[true].data(), logits[false].data(), logits[true].size() * sizeof(float)), 0);
   }
 }
 

@@ -243,6 +243,138 @@ TEST(QuantizeQ8Kernel, QuantizesAsTheCpuFastContractBitForBit) {
   EXPECT_FALSE(llmc::emitQuantizeQ8Kernel(0, false).ok());
 }
 
+TEST(QuantizeQ8Kernel, ProducersWriteTheRowsOfTheirOutputBitForBit) {
+  // rms_norm, add_rms_norm, silu_mul (both forms) and permute_columns with quantizedOutput: the same f32 output
+  // as without, and q8 rows equal to the CPU's quantization of that output in every byte (so to
+  // quantize_q8's); widths with a short last span (96, 160, 352), rows of several chunks and
+  // warps past the row's end (1056: rms_norm's last thread pass holds one warp of it, silu_mul's
+  // second chunk 32 values); the rule's grid and one block; a null q8 pointer writes none.
+  const int T = 3;
+  auto checkRows = [&](const std::vector<float> &out, const std::vector<uint8_t> &q8, int k) {
+    const size_t rb = size_t(llmc::q8RowBytes(k));
+    for (int t = 0; t < T; ++t)
+      EXPECT_EQ(std::vector<uint8_t>(q8.begin() + long(t * rb), q8.begin() + long((t + 1) * rb)),
+                packQ8Row(cpuQuantize(&out[size_t(t) * k], k), k))
+          << "row " << t;
+  };
+  for (const int d : {96, 160, 1056}) {
+    SCOPED_TRACE("rms_norm width " + std::to_string(d));
+    const llmc::RmsNormParams plain{d, d, 1e-5f}, fused{d, d, 1e-5f, true};
+    const std::vector<float> x = randomVector(size_t(T) * d, 31), r = randomVector(size_t(T) * d, 32),
+                             w = randomVector(size_t(d), 33, 0.5f, 1.5f);
+    const size_t rb = size_t(llmc::q8RowBytes(d));
+    {
+      using Fn = void (*)(const float *, const float *, float *, unsigned char *, int, unsigned);
+      using PlainFn = void (*)(const float *, const float *, float *, int, unsigned);
+      auto a = llmc::emitRmsNormKernel(plain), b = llmc::emitRmsNormKernel(fused);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_NE(b->entry.find("_q8_"), std::string::npos) << b->entry;
+      HostKernel ka(*a, "const float *x, const float *w, float *out, int T", "x, w, out, T");
+      HostKernel kb(*b, "const float *x, const float *w, float *out, unsigned char *q8, int T", "x, w, out, q8, T");
+      ASSERT_TRUE(ka.ok() && kb.ok()) << ka.error() << kb.error();
+      std::vector<float> want(x.size(), NAN), out(x.size(), NAN), out1(x.size(), NAN);
+      ka.get<PlainFn>()(x.data(), w.data(), want.data(), T, gridFor(*a, T));
+      std::vector<uint8_t> q8(size_t(T) * rb, 0xEE), q81(q8.size(), 0xEE);
+      kb.get<Fn>()(x.data(), w.data(), out.data(), q8.data(), T, gridFor(*b, T));
+      EXPECT_TRUE(bitEqual(out, want));
+      checkRows(out, q8, d);
+      kb.get<Fn>()(x.data(), w.data(), out1.data(), q81.data(), T, 1);
+      EXPECT_EQ(q81, q8);
+      std::vector<float> none(x.size(), NAN);
+      kb.get<Fn>()(x.data(), w.data(), none.data(), nullptr, T, gridFor(*b, T));
+      EXPECT_TRUE(bitEqual(none, want));
+    }
+    {
+      SCOPED_TRACE("add_rms_norm");
+      using Fn = void (*)(const float *, const float *, const float *, float *, float *, unsigned char *, int,
+                          unsigned);
+      auto b = llmc::emitAddRmsNormKernel(fused);
+      ASSERT_TRUE(b.ok());
+      HostKernel kb(*b, "const float *x, const float *residual, const float *w, float *normed, float *sum, "
+                        "unsigned char *q8, int T",
+                    "x, residual, w, normed, sum, q8, T");
+      ASSERT_TRUE(kb.ok()) << kb.error();
+      std::vector<float> normed(x.size(), NAN), sum(x.size(), NAN), want(x.size(), NAN);
+      std::vector<uint8_t> q8(size_t(T) * rb, 0xEE);
+      kb.get<Fn>()(x.data(), r.data(), w.data(), normed.data(), sum.data(), q8.data(), T, gridFor(*b, T));
+      // The normed rows are rms_norm's of the sum (same operations), the q8 rows theirs.
+      auto a = llmc::emitRmsNormKernel(plain);
+      HostKernel ka(*a, "const float *x, const float *w, float *out, int T", "x, w, out, T");
+      ASSERT_TRUE(ka.ok()) << ka.error();
+      ka.get<void (*)(const float *, const float *, float *, int, unsigned)>()(sum.data(), w.data(), want.data(), T,
+                                                                              gridFor(*a, T));
+      EXPECT_TRUE(bitEqual(normed, want));
+      checkRows(normed, q8, d);
+    }
+  }
+  for (const int inter : {96, 352, 1056}) {
+    for (const bool gateUp : {false, true}) {
+      SCOPED_TRACE("silu_mul inter " + std::to_string(inter) + (gateUp ? " fused gate_up" : ""));
+      const std::vector<float> g = randomVector(size_t(T) * inter, 34, -6.0f, 6.0f),
+                               u = randomVector(size_t(T) * inter, 35);
+      std::vector<float> gu(size_t(T) * 2 * inter);
+      for (int t = 0; t < T; ++t)
+        for (int j = 0; j < inter; ++j) {
+          gu[size_t(t) * 2 * inter + size_t(j)] = g[size_t(t) * inter + size_t(j)];
+          gu[size_t(t) * 2 * inter + size_t(inter + j)] = u[size_t(t) * inter + size_t(j)];
+        }
+      auto a = llmc::emitSiluMulKernel({inter, gateUp}), b = llmc::emitSiluMulKernel({inter, gateUp, true});
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(a->gridRule, b->gridRule);
+      const std::string in = gateUp ? "const float *gate_up" : "const float *gate, const float *up";
+      const std::string args = gateUp ? "gate_up" : "gate, up";
+      HostKernel ka(*a, in + ", float *out, int T", args + ", out, T");
+      HostKernel kb(*b, in + ", float *out, unsigned char *q8, int T", args + ", out, q8, T");
+      ASSERT_TRUE(ka.ok() && kb.ok()) << ka.error() << kb.error();
+      const size_t rb = size_t(llmc::q8RowBytes(inter));
+      std::vector<float> want(size_t(T) * inter, NAN), out(want.size(), NAN), none(want.size(), NAN);
+      for (const unsigned grid : {unsigned(gridFor(*b, T)), 1u}) {
+        std::vector<uint8_t> q8(size_t(T) * rb, 0xEE);
+        if (gateUp) {
+          ka.get<void (*)(const float *, float *, int, unsigned)>()(gu.data(), want.data(), T, grid);
+          kb.get<void (*)(const float *, float *, unsigned char *, int, unsigned)>()(gu.data(), out.data(), q8.data(),
+                                                                                      T, grid);
+          kb.get<void (*)(const float *, float *, unsigned char *, int, unsigned)>()(gu.data(), none.data(), nullptr,
+                                                                                      T, grid);
+        } else {
+          using Fn = void (*)(const float *, const float *, float *, unsigned char *, int, unsigned);
+          ka.get<void (*)(const float *, const float *, float *, int, unsigned)>()(g.data(), u.data(), want.data(), T,
+                                                                                  grid);
+          kb.get<Fn>()(g.data(), u.data(), out.data(), q8.data(), T, grid);
+          kb.get<Fn>()(g.data(), u.data(), none.data(), nullptr, T, grid);
+        }
+        EXPECT_TRUE(bitEqual(out, want)) << "grid " << grid;
+        EXPECT_TRUE(bitEqual(none, want)) << "grid " << grid;
+        checkRows(out, q8, inter);
+      }
+    }
+  }
+  for (const int d : {96, 1056}) {
+    SCOPED_TRACE("permute_columns width " + std::to_string(d));
+    auto a = llmc::emitPermuteColumnsKernel(d), b = llmc::emitPermuteColumnsKernel(d, true);
+    ASSERT_TRUE(a.ok() && b.ok());
+    HostKernel ka(*a, "const float *x, const int *perm, float *out, int T", "x, perm, out, T");
+    HostKernel kb(*b, "const float *x, const int *perm, float *out, unsigned char *q8, int T", "x, perm, out, q8, T");
+    ASSERT_TRUE(ka.ok() && kb.ok()) << ka.error() << kb.error();
+    const std::vector<float> x = randomVector(size_t(T) * d, 36);
+    std::vector<int> perm(static_cast<size_t>(d));
+    for (int j = 0; j < d; ++j)
+      perm[size_t(j)] = (j * 37 + 5) % d; // (37 is prime to 96 and 1056)
+    std::vector<float> want(x.size(), NAN), out(x.size(), NAN);
+    std::vector<uint8_t> q8(size_t(T) * size_t(llmc::q8RowBytes(d)), 0xEE);
+    using Fn = void (*)(const float *, const int *, float *, unsigned char *, int, unsigned);
+    ka.get<void (*)(const float *, const int *, float *, int, unsigned)>()(x.data(), perm.data(), want.data(), T, 2);
+    kb.get<Fn>()(x.data(), perm.data(), out.data(), q8.data(), T, 2);
+    EXPECT_TRUE(bitEqual(out, want));
+    checkRows(out, q8, d);
+  }
+  // Int8 rows need whole blocks of 32 and, for rms_norm, one group over the row.
+  EXPECT_FALSE(llmc::emitRmsNormKernel({100, 100, 1e-5f, true}).ok());
+  EXPECT_FALSE(llmc::emitRmsNormKernel({96, 32, 1e-5f, true}).ok());
+  EXPECT_FALSE(llmc::emitSiluMulKernel({100, false, true}).ok());
+  EXPECT_FALSE(llmc::emitPermuteColumnsKernel(100, true).ok());
+}
+
 TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
   // The CUDA-core GEMV over quantize_q8's rows: y = sum over k of w_k * d_b * q_k (w_k the exact
   // dequantized weight, d_b q_k the CPU's int8 activation), which is the fast contract's sum of

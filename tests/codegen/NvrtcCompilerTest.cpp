@@ -115,6 +115,12 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitQuantizeQ8Kernel(4096, false));
   add(llmc::emitQuantizeQ8Kernel(14336, false));
   add(llmc::emitQuantizeQ8Kernel(4096, true));
+  // Their producers writing those rows themselves: Llama-3-8B's norms and SiLU*mul (both forms).
+  add(llmc::emitRmsNormKernel({4096, 4096, 1e-5f, true}));
+  add(llmc::emitAddRmsNormKernel({4096, 4096, 1e-5f, true}));
+  add(llmc::emitSiluMulKernel({14336, true, true}));
+  add(llmc::emitSiluMulKernel({14336, false, true}));
+  add(llmc::emitPermuteColumnsKernel(4096, true));
   return specs;
 }
 

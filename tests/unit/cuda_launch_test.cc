@@ -247,6 +247,22 @@ TEST(CudaLaunch, Int8ActivationMemoryHoldsTheWidestInput) {
   EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(small.data()), 1), 256u);  // 160 -> 256
   const std::vector<uint8_t> none = library_plan(false);
   EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(none.data()), 512), 0u);
+  // A step writing int8 rows of its output (quantized_output) counts that output's width: here
+  // a silu_mul step writing 99968 wide rows next to the 14336 wide GEMV inputs.
+  flatbuffers::FlatBufferBuilder b3;
+  std::vector<flatbuffers::Offset<fb::Value>> v3;
+  for (int i = 0; i < 5; ++i)
+    v3.push_back(fb::CreateValueDirect(b3, static_cast<uint32_t>(i), "v", fb::RowKind::Tokens, widths[i],
+                                       fb::DType::F32, 0));
+  std::vector<int> ins = {2}, outs = {3};
+  std::vector<flatbuffers::Offset<fb::Step>> s3 = {
+      fb::CreateStepDirect(b3, fb::OpKind::SiluMul, &ins, &outs, nullptr, nullptr, 0, "silu_mul", -1, 0,
+                           fb::GemmLibrary::None, -1, -1, 0, -1, true),
+      fb::CreateStepDirect(b3, fb::OpKind::Linear, &ins, &outs, nullptr, nullptr, 0, "linear", -1, 0,
+                           fb::GemmLibrary::None, -1, -1, 0, 1)};
+  const std::vector<uint8_t> producer = forward_plan(b3, v3, s3);
+  EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(producer.data()), 2),
+            ((99968ull + 127) / 128 * 160 * 2 + 255) / 256 * 256);
 }
 
 TEST(CudaLaunch, GemmLibraryMemory) {

@@ -278,6 +278,63 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
   }
 }
 
+TEST(PlanFile, QuantizedOutputIsChecked) {
+  // quantized_output (schema minor 9): rms_norm, add_rms_norm, silu_mul and permute_columns
+  // steps with a kernel only; anything else is refused naming the step.
+  struct Case {
+    const char* what;
+    fb::OpKind op;
+    int kernel;
+    const char* error;  // nullptr: accepted
+  };
+  const Case cases[] = {
+      {"an rms_norm step", fb::OpKind::RmsNorm, 0, nullptr},
+      {"an add_rms_norm step", fb::OpKind::AddRmsNorm, 1, nullptr},
+      {"a silu_mul step", fb::OpKind::SiluMul, 2, nullptr},
+      {"a permute_columns step", fb::OpKind::PermuteColumns, 4, nullptr},
+      {"a linear step", fb::OpKind::Linear, 3, "quantized_output on a step that is not an rms_norm"},
+      {"a step without a kernel", fb::OpKind::RmsNorm, -1, "quantized_output on a step that is not an rms_norm"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Value>> values = {
+        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
+    std::vector<int> io = {0};
+    std::vector<flatbuffers::Offset<fb::Step>> steps = {
+        fb::CreateStepDirect(fbb, c.op, &io, &io, nullptr, nullptr, c.kernel, "step", -1, 0, fb::GemmLibrary::None,
+                             -1, -1, 0, -1, true)};
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {
+        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
+    auto progs = fbb.CreateVector(programs);
+    std::vector<int> block = {128, 1, 1};
+    std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
+    for (const char* family : {"rms_norm", "add_rms_norm", "silu_mul", "linear", "permute_columns"})
+      kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
+                                               nullptr));
+    auto kernels_off = fbb.CreateVector(kernels);
+    fb::PlanBuilder pb(fbb);
+    pb.add_schema_major(kSchemaMajor);
+    pb.add_schema_minor(kSchemaMinor);
+    pb.add_cpu_kernel_abi(kCpuKernelAbi);
+    pb.add_programs(progs);
+    pb.add_kernels(kernels_off);
+    fb::FinishPlanBuffer(fbb, pb.Finish());
+    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    if (!c.error) {
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      EXPECT_TRUE((*plan)->program("forward")->steps()->Get(0)->quantized_output());
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
+      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
+      EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos)
+          << plan.status().message();
+    }
+  }
+}
+
 TEST(PlanFile, InputQuantKernelIsChecked) {
   // A one-step program over kernels 0 linear, 1 quantize_q8, 2 rms_norm: a linear or logits step
   // with a kernel may name a quantize_q8 kernel for its input (schema minor 8); anything else is

@@ -15,7 +15,8 @@
 #   bench      llmrt bench on Llama-3-8B shapes (int4-g128, bf16): prefill 512/2048, decode at
 #              batch 1 and 32, next to the bandwidth bound (weight bytes per token / bandwidth)
 #   gemv       int4-g128 decode (batch 1 and 8) on the GEMV over f32 activations, to compare with the
-#              default int8-activation (dp4a) GEMV of the bench stage
+#              default int8-activation (dp4a) GEMV of the bench stage; and with a quantize_q8
+#              launch before each GEMV (--no-fused-quantize)
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
@@ -180,8 +181,11 @@ vocab, hidden = ins["model"]["vocab_size"], ins["model"]["hidden_size"]
 table = vocab * hidden * 2  # a decode step reads one row of the (bf16) embedding table, not all of it
 per_token = total - table
 prog = ins["program"]
-print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per decode step: "
-      f"{prog['steps'] + prog.get('steps_with_int8_activation_gemv', 0) + int(prog.get('logits_summary_on_gpu', False))}")
+# A quantize_q8 kernel per int8-activation GEMV, but for those whose input the step before wrote
+# as int8 rows itself (one GEMV each: q/k/v and gate/up are fused).
+kernels = (prog['steps'] + prog.get('steps_with_int8_activation_gemv', 0) -
+           prog.get('steps_writing_int8_activations', 0) + int(prog.get('logits_summary_on_gpu', False)))
+print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per decode step: {kernels}")
 for t in bench["tests"]:
     line = f"  {t['name']}: {t['tokens_per_s']:.1f} tok/s"
     if bw > 0 and t["kind"] == "tg":
@@ -216,9 +220,11 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   fi
 }
 
-if stage gemv 40; then
+if stage gemv 80; then
   bench_case "int4-g128 decode with the GEMV over f32 activations (--quant-gemv f32 plan; the bench above: int8, dp4a):" \
     llama3_8b_int4_g128_f32gemv 100 --pp 0 --tg 64 --batch 8 -r 2
+  bench_case "int4-g128 decode with a quantize_q8 kernel before every int8 GEMV (--no-fused-quantize; the bench above: norms and SiLU*mul write them):" \
+    llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 8 -r 2 --no-fused-quantize
 fi
 
 if stage hf 80; then
