@@ -150,7 +150,7 @@ constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attentio
 // block_size=${BS} window=${WINDOW} scale=${SCALE}
 // Params: (const float *q, const ${ELEM} *k_cache, const ${ELEM} *v_cache,${SCALE_PARAMS_DOC}
 //          const int *positions, const int *query_start, const int *block_tables,
-//          int max_blocks, int S, float *out, unsigned char *work, int T)
+//          int max_blocks, int S, float *out,${Q8_DOC} unsigned char *work, int T)
 // work: ${WORK} bytes, zero when first launched (the kernel leaves it so).
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS}, times ${MAX_CHUNKS} when T <= ${SPLIT_ROWS}
 // (grid-stride over (row, head group, chunk)).
@@ -171,7 +171,7 @@ constexpr int kMinChunk = ${MIN_CHUNK};   // positions, a multiple of kBlock
 constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) per head
 constexpr long long kCountersBytes = ${COUNTERS_BYTES};
 ${CACHE_READ}
-${REDUCTIONS}} // namespace
+${REDUCTIONS}${Q8_STORE}} // namespace
 
 // (kBlock, 1): ptxas's default register budget for 128-thread blocks spilled a few bytes of the
 // windowed variant on sm_80; with at least one block per SM it keeps them in registers.
@@ -179,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1)
 ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
          const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
          const int *__restrict__ query_start, const int *__restrict__ block_tables,
-         int max_blocks, int S, float *__restrict__ out, unsigned char *__restrict__ work, int T) {
+         int max_blocks, int S, float *__restrict__ out,${Q8_PARAM} unsigned char *__restrict__ work, int T) {
   // One item = (row, kGroup query heads sharing a kv head): they read each K and V row once. Every head keeps its own order of operations (the same score trees, the same
   // reduction trees, V sums in position order), as if it were alone.
   __shared__ float qs[kGroup][kHd];
@@ -308,8 +308,10 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
 #pragma unroll
         for (int i = 0; i < kPerThread; ++i) {
           const int d = tid + i * kBlock;
-          if (d < kHd)
-            orow[d] = acc[g][i] / l[g];
+          if (d < kHd) { // (whole warps: kHd is a multiple of 32 when q8 rows are written)
+            const float y = acc[g][i] / l[g];
+            orow[d] = y;${Q8_WRITE}
+          }
         }
       }
     } else {
@@ -361,8 +363,10 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
 #pragma unroll
           for (int i = 0; i < kPerThread; ++i) {
             const int d = tid + i * kBlock;
-            if (d < kHd)
-              orow[d] = o[i] / lAll;
+            if (d < kHd) {
+              const float y = o[i] / lAll;
+              orow[d] = y;${Q8_WRITE}
+            }
           }
         }
         if (tid == 0)
@@ -791,7 +795,21 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                    {"WORK", std::to_string(workBytes)},
                                    {"REDUCTIONS", detail::kBlockReductions},
                                    {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
-  KernelSpec spec = detail::finishSpec("paged_attention", attentionPrefix(p),
+  if (p.quantizedOutput && p.cache.headDim % 32 != 0)
+    return llmrt::invalid_argument("paged_attention: int8 output rows need a head_dim that is a multiple of 32, not " +
+                                   std::to_string(p.cache.headDim));
+  // Int8 rows of the output (AttentionParams::quantizedOutput): a warp's 32 dimensions of a head
+  // are one sub-block of the row of kH * kHd.
+  const bool q8 = p.quantizedOutput;
+  bindings.insert(bindings.end(),
+                  {{"Q8_DOC", q8 ? " unsigned char *q8," : ""},
+                   {"Q8_PARAM", q8 ? " unsigned char *__restrict__ q8," : ""},
+                   {"Q8_STORE", q8 ? detail::kQuantizeQ8Store : ""},
+                   {"Q8_WRITE", q8 ? "\n            if (q8 != nullptr) {\n              const float one[1] = {y};\n"
+                                     "              storeQ8<kH * kHd, 1>(q8 + row * q8RowBytes<kH * kHd>(), "
+                                     "(head0 + g) * kHd + d, one, true);\n            }"
+                                   : ""}});
+  KernelSpec spec = detail::finishSpec("paged_attention", attentionPrefix(p) + (q8 ? "_q8" : ""),
                                        detail::substitute(kAttentionTemplate, bindings), block,
                                        "rows*" + std::to_string(items) + " x" + std::to_string(kMaxChunks) +
                                            " when rows<=" + std::to_string(kSplitRows));

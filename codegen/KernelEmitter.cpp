@@ -350,6 +350,7 @@ FailureOr<KernelSpec> emitPagedAttention(Operation *op) {
   FailureOr<AttentionParams> p = attentionParams(op);
   if (failed(p))
     return failure();
+  p->quantizedOutput = writesQuantizedOutput(op); // (the per-row kernel; the tiled one never)
   return fromStatus(op, emitPagedAttentionKernel(*p));
 }
 
@@ -480,9 +481,14 @@ bool usesInt8Activations(Operation *op) {
 bool writesQuantizedOutput(Operation *op) {
   const llvm::StringRef name = op->getName().getStringRef();
   if ((name != "llm.rms_norm" && name != "llm.add_rms_norm" && name != "llm.silu_mul" &&
-       name != "llm.permute_columns") ||
+       name != "llm.permute_columns" && name != "llm.paged_attention") ||
       op->getNumResults() == 0)
     return false;
+  if (name == "llm.paged_attention") { // a head's dimensions in whole blocks of 32
+    auto headDim = op->getAttrOfType<IntegerAttr>("head_dim");
+    if (!headDim || headDim.getInt() % 32 != 0)
+      return false;
+  }
   auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
   if (!type || type.getRank() != 2 || type.isDynamicDim(1) || type.getDimSize(1) % 32 != 0)
     return false;

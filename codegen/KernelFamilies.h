@@ -174,6 +174,9 @@ struct AttentionParams {
   /// counts sequences ("rows/<c>*<k> + seqs*<k>"). Plans add it next to the per-row kernel for
   /// steps of at least kTiledAttentionMinRows rows. Unimplemented unless tiledAttentionApplies.
   bool tensorCores = false;
+  /// The per-row kernel only (head_dim % 32 == 0): as RmsNormParams's, the q8 pointer between
+  /// `out` and `work`.
+  bool quantizedOutput = false;
 };
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
 /// Whether the tiled kernel takes these sizes (head_dim a multiple of 8, at most 128).

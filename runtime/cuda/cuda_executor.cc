@@ -418,7 +418,7 @@ Status CudaExecutor::decode(const Plan& plan) {
       RETURN_IF_ERROR(launch(s.input_quant_kernel(), &st.quant_in));
       st.kernels += " (int8 activations)";
     }
-    st.quant_out = s.quantized_output();  // (an rms_norm, add_rms_norm, silu_mul or permute_columns: checked)
+    st.quant_out = s.quantized_output();  // (checked: an op whose kernel can)
     st.fuse_quant = st.quant_out && fused_quantize_;
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
     if (st.op == fb::OpKind::Embedding) {
@@ -455,7 +455,9 @@ int CudaExecutor::launches_per_step() const {
     const bool logits = st.op == fb::OpKind::Logits;
     launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
     quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
-    if (st.fuse_quant && i + 1 < steps_.size() && gemv_reads_int8(steps_[i + 1], 1, st.out[0])) quantized = st.out[0];
+    if (st.fuse_quant && &kernel_for(st, 1) == &st.main && i + 1 < steps_.size() &&
+        gemv_reads_int8(steps_[i + 1], 1, st.out[0]))
+      quantized = st.out[0];
   }
   return launches;
 }
@@ -726,10 +728,10 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     };
     // A step writing int8 rows of its output (Step.quant_out) does so when the next step's GEMV
     // reads them: into quant_input_, sparing that step's quantize_q8 kernel.
-    const bool writes_q8 =
-        st.fuse_quant && index + 1 < steps_.size() && gemv_reads_int8(steps_[index + 1], T, st.out[0]);
-    auto q8_out = [&] {
-      if (st.quant_out) ptr(writes_q8 ? quant_input_ : 0);
+    const bool writes_q8 = st.fuse_quant && &kernel_for(st, T) == &st.main && index + 1 < steps_.size() &&
+                           gemv_reads_int8(steps_[index + 1], T, st.out[0]);
+    auto q8_out = [&] {  // (the main kernel's parameter; a batched kernel has none)
+      if (st.quant_out && &kernel_for(st, T) == &st.main) ptr(writes_q8 ? quant_input_ : 0);
     };
     switch (st.op) {
       case fb::OpKind::Embedding:
@@ -782,6 +784,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
         scales();
         ptr(positions_), ptr(query_start_), ptr(tables_);
         num(table_stride_), num(S), ptr(value_ptr(st.out[0]));
+        q8_out();
         break;
       default:
         return internal_error(st.where + ": no launch for this op");

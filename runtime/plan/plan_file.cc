@@ -178,9 +178,10 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
       }
       if (step->quantized_output() &&
           (step->kernel() < 0 || (step->op() != fb::OpKind::RmsNorm && step->op() != fb::OpKind::AddRmsNorm &&
-                                  step->op() != fb::OpKind::SiluMul && step->op() != fb::OpKind::PermuteColumns)))
+                                  step->op() != fb::OpKind::SiluMul && step->op() != fb::OpKind::PermuteColumns &&
+                                  step->op() != fb::OpKind::PagedAttention)))
         return invalid_argument(where + ": quantized_output on a step that is not an rms_norm, add_rms_norm, "
-                                        "silu_mul or permute_columns with a kernel");
+                                        "silu_mul, permute_columns or paged_attention with a kernel");
       if (step->library_min_rows() < 0 || (step->library_min_rows() > 0 && step->gemm_library() == fb::GemmLibrary::None))
         return invalid_argument(where + ": library_min_rows " + std::to_string(step->library_min_rows()) +
                                 " is negative or without a library");

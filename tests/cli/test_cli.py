@@ -304,7 +304,8 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
     assert re.search(rb"llm_linear_n\d+_k\d+_int4_g\d+_f16_\w+_mma8_q8a_[0-9a-f]{12}", gptq_blob)
     assert default["steps_with_int8_activation_gemv"] == f32["steps_with_int8_activation_gemv"] == 0
     # The steps before three of each layer's four GEMVs (input norm, post-attention norm,
-    # SiLU*mul) write those int8 rows themselves; o_proj's input (the attention's) is quantized.
+    # SiLU*mul) write those int8 rows themselves; o_proj's input is quantized by its own kernel
+    # here (head_dim 16: the attention writes them when it is a multiple of 32).
     # With act-order (desc_act) the column permutation before each GEMV writes them, o_proj's too.
     sym, sym_blob = program("gptq_sym", "--weight-layout", "cuda-mma", model=TINY.parent / "quant" / "gptq_4bit_sym")
     assert sym["steps_writing_int8_activations"] == 3 * sym["ops"]["PagedAttention"] > 0, sym

@@ -7,6 +7,7 @@
 #include "runtime/cpu/thread_pool.h"
 
 #include "HostKernel.h"
+#include "Q8Reference.h"
 
 #include <gtest/gtest.h>
 
@@ -179,6 +180,62 @@ TEST(AttentionKernel, SlidingWindow) {
 /// and p v rounded to 10 mantissa bits) keep outputs within 4e-3 of it for these values (|x| <=
 /// 2); each item's bits do not depend on the grid or on the other sequences of the step. int8:
 /// the cache holds random codes and scales, the reference reads code x scale.
+TEST(AttentionKernel, Int8OutputRowsAreTheCpuQuantizationOfTheOutput) {
+  // AttentionParams::quantizedOutput (o_proj's int8 input written by the per-row kernel): the
+  // same f32 output as without, and each real row's q8 row equals the CPU's quantization of it
+  // byte for byte: whole and split (flash-decoding, written by the item's last block) rows, GQA
+  // items of several heads, head_dim 32 and 64 (a head one or two sub-blocks); a null q8 pointer
+  // writes none.
+  using Q8AttentionFn = void (*)(const float *, const float *, const float *, const int *, const int *, const int *,
+                                 int, int, float *, unsigned char *, unsigned char *, int, unsigned);
+  for (const int hd : {32, 64}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    const int H = 4, Hkv = 2;
+    llmc::AttentionParams p;
+    p.cache = {Hkv, hd, 16, "f32"};
+    p.numHeads = H;
+    p.scale = 1.0f / std::sqrt(float(hd));
+    auto plain = llmc::emitPagedAttentionKernel(p);
+    p.quantizedOutput = true;
+    auto q8 = llmc::emitPagedAttentionKernel(p);
+    ASSERT_TRUE(plain.ok() && q8.ok()) << q8.status().to_string();
+    EXPECT_NE(q8->entry.find("_q8_"), std::string::npos) << q8->entry;
+    const std::string params = "const float *q, const float *kc, const float *vc, const int *positions, const int *qs, "
+                               "const int *tables, int max_blocks, int S, float *out, ";
+    const std::string args = "q, kc, vc, positions, qs, tables, max_blocks, S, out, ";
+    HostKernel kp(*plain, params + "unsigned char *work, int T", args + "work, T");
+    HostKernel kq(*q8, params + "unsigned char *q8, unsigned char *work, int T", args + "q8, work, T");
+    ASSERT_TRUE(kp.ok() && kq.ok()) << kp.error() << kq.error();
+    const Batch b = makeBatch(H, Hkv, hd, 16, {600, 7, 20}, {1, 3, 2}); // 600: 3 chunks at decode
+    const int real = b.queryStart[b.S], width = H * hd;
+    std::vector<unsigned char> work(q8->workspaceBytes, 0);
+    std::vector<float> want(size_t(b.T) * width, 0.0f), out(want.size(), 0.0f), none(want.size(), 0.0f);
+    kp.get<AttentionFn>()(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(),
+                          b.blockTables.data(), b.maxBlocks, b.S, want.data(), work.data(), b.T,
+                          gridFor(*plain, b.T));
+    const size_t rb = size_t(llmc::q8RowBytes(width));
+    std::vector<uint8_t> rows(size_t(b.T) * rb, 0xEE);
+    auto run = kq.get<Q8AttentionFn>();
+    run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
+        b.maxBlocks, b.S, out.data(), rows.data(), work.data(), b.T, gridFor(*q8, b.T));
+    run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
+        b.maxBlocks, b.S, none.data(), nullptr, work.data(), b.T, 3);
+    for (int t = 0; t < real; ++t) {
+      SCOPED_TRACE("row " + std::to_string(t));
+      const float *o = &out[size_t(t) * width];
+      EXPECT_EQ(std::memcmp(o, &want[size_t(t) * width], size_t(width) * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(&none[size_t(t) * width], &want[size_t(t) * width], size_t(width) * sizeof(float)), 0);
+      EXPECT_EQ(std::vector<uint8_t>(rows.begin() + long(t * rb), rows.begin() + long((t + 1) * rb)),
+                llmc::testing::packQ8Row(llmc::testing::cpuQuantize(o, width), width));
+    }
+  }
+  llmc::AttentionParams odd;
+  odd.cache = {2, 24, 16, "f32"};
+  odd.numHeads = 4;
+  odd.quantizedOutput = true;
+  EXPECT_FALSE(llmc::emitPagedAttentionKernel(odd).ok()); // head_dim 24: not whole sub-blocks
+}
+
 void checkTiled(int H, int Hkv, int hd, int bs, int window, const std::vector<int> &contexts,
                 const std::vector<int> &rows, const std::string &kv = "f32") {
   SCOPED_TRACE("tiled H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +

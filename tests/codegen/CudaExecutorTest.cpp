@@ -647,19 +647,34 @@ TEST(CudaExecutor, Int8ActivationGemvsOfOtherCheckpointsMatchTheFastContract) {
 }
 
 TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
-  // The input norm, the post-attention norm and SiLU*mul of every layer write the int8 rows of
-  // the GEMV after them (plan Step.quantized_output): a forward launches quantize_q8 only for
-  // o_proj's input (the attention's output) and the logits' gathered rows. With GPTQ act-order
-  // the column permutation before each of the four GEMVs writes them: no quantize_q8 at all.
-  // The logits equal, bit for bit, those of the same executor told to quantize in every GEMV's
-  // own kernel (--no-fused-quantize), since both write the same rows.
-  for (const bool descAct : {false, true}) {
-    SCOPED_TRACE(descAct ? "gptq_4bit_desc_act" : "gptq_4bit_sym");
+  // The steps before a GEMV over int8 activations write its rows (plan Step.quantized_output):
+  // the input norm, the post-attention norm and SiLU*mul of every layer, the per-row attention
+  // for o_proj where head_dim is a multiple of 32 (AWQ fixture: 32; GPTQ: 16, o_proj's input is
+  // quantized by its own kernel) and, with GPTQ act-order, the column permutation before each
+  // GEMV. The logits equal, bit for bit, those of the same executor told to quantize in every
+  // GEMV's own kernel (--no-fused-quantize): both write the same rows. Last, a plan with tensor
+  // cores whose linear steps stay on the GEMV (--no-tensor-core-linear): a 45-row prefill runs
+  // the tiled attention, which writes no int8 rows, so o_proj quantizes its input itself. (Its
+  // TF32 products move the attention's outputs by ~1e-3, enough to move many int8 codes a step:
+  // 1.6e-2 from the CPU's fast contract measured there, 2.9e-7 with the per-row attention.)
+  struct Case {
+    const char *model, *flags;
+    bool tensorCoreLinear;
+    int marked;                  // steps writing int8 rows, per layer
+    std::vector<int> rows;       // prefill rows of the two sequences
+    int prefillQuant, decodeQuant; // quantize_q8 launches per forward, per layer
+    double tol;
+  };
+  const char *noTc = "--target sm_90 --weight-layout cuda-mma --no-tensor-cores";
+  for (const Case &c :
+       {Case{"awq_4bit_gemm", noTc, true, 4, {19, 5}, 0, 0, kInt8ActivationTol},
+        Case{"gptq_4bit_sym", noTc, true, 3, {19, 5}, 1, 1, kInt8ActivationTol},
+        Case{"gptq_4bit_desc_act", noTc, true, 4, {19, 5}, 0, 0, kInt8ActivationTol},
+        Case{"awq_4bit_gemm", "--target sm_90 --weight-layout cuda-mma", false, 4, {40, 5}, 1, 0, 3e-2}}) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.flags);
     TempDir dir;
-    auto plan = llmrt::Plan::open(
-        compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/" +
-                             (descAct ? "gptq_4bit_desc_act" : "gptq_4bit_sym"),
-                    "--target sm_90 --weight-layout cuda-mma --no-tensor-cores"));
+    auto plan =
+        llmrt::Plan::open(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/quant/" + c.model, c.flags));
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     const auto *steps = (*plan)->program("forward")->steps();
     int layers = 0, marked = 0, gemvs = 0, logitsQuant = 0;
@@ -672,7 +687,6 @@ TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
         continue;
       ++marked;
       SCOPED_TRACE(st->name()->str());
-      EXPECT_EQ(st->op() == llmrt::fb::OpKind::PermuteColumns, descAct);
       ASSERT_LT(i + 1, steps->size());
       const llmrt::fb::Step *next = steps->Get(i + 1);
       EXPECT_EQ(next->op(), llmrt::fb::OpKind::Linear);
@@ -683,7 +697,7 @@ TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
           std::string::npos);
     }
     ASSERT_EQ(layers, 2);
-    EXPECT_EQ(marked, (descAct ? 4 : 3) * layers);
+    EXPECT_EQ(marked, c.marked * layers);
     EXPECT_EQ(gemvs, 4 * layers + logitsQuant);
 
     std::vector<std::vector<float>> logits(2);
@@ -691,24 +705,31 @@ TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
     for (const bool fused : {true, false}) {
       SCOPED_TRACE(fused ? "fused" : "--no-fused-quantize");
       EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
-      auto ex = makeExecutors(**plan, driver, 32, 4, 16, true, true,
-                              [&](cuda::CudaExecutorOptions &o) { o.fused_quantize = fused; }, "fast");
+      auto ex = makeExecutors(**plan, driver, 64, 4, 16, true, true,
+                              [&](cuda::CudaExecutorOptions &o) {
+                                o.fused_quantize = fused;
+                                o.tensor_core_linear = c.tensorCoreLinear;
+                              },
+                              "fast");
       ASSERT_TRUE(ex.ok()) << ex.status().to_string();
       const int V = ex->V, bs = ex->bs, mb = 4;
-      for (const Step &st : {makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1),   // prefill (24 rows)
-                             makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)}) {   // decode
+      for (const Step &st : {makeStep({c.rows[0], c.rows[1]}, {c.rows[0], c.rows[1]}, bs, mb, V, 1),  // prefill
+                             makeStep({c.rows[0] + 1, c.rows[1] + 1}, {1, 1}, bs, mb, V, 2)}) {       // decode
         std::vector<float> lg(st.idx.size() * V, NAN);
         ASSERT_TRUE(ex->gpu->forward(st.input(), lg.data()).ok());
         logits[fused].insert(logits[fused].end(), lg.begin(), lg.end());
-        ex->compare(st, kInt8ActivationTol); // (runs the step again on both)
+        ex->compare(st, c.tol); // (runs the step again on both)
       }
-      EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step());
       quantizes[fused] = driver.quantizeLaunches();
       int8Gemvs[fused] = driver.int8GemvLaunches();
+      if (c.tensorCoreLinear) // (launches_per_step counts a decode step's)
+        EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step());
     }
-    EXPECT_EQ(quantizes[true], 4 * ((descAct ? 0 : layers) + logitsQuant));  // 4 forwards
+    // Two forwards of each step (forward, then compare).
+    EXPECT_EQ(quantizes[true], 2 * layers * (c.prefillQuant + c.decodeQuant) + 4 * logitsQuant);
     EXPECT_EQ(quantizes[false], 4 * gemvs);
     EXPECT_EQ(int8Gemvs[true], int8Gemvs[false]);
+    EXPECT_EQ(int8Gemvs[true], 4 * gemvs);
     ASSERT_EQ(logits[true].size(), logits[false].size());
     EXPECT_EQ(std::memcmp(logits[true].data(), logits[false].data(), logits[true].size() * sizeof(float)), 0);
   }

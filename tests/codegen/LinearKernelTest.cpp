@@ -8,6 +8,7 @@
 #include "runtime/quant/quant_format.h"
 
 #include "HostKernel.h"
+#include "Q8Reference.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +21,10 @@ namespace {
 
 using llmc::KernelSpec;
 using llmc::testing::HostKernel;
+using llmc::testing::Q8Row;
 using llmc::testing::bitEqual;
+using llmc::testing::cpuQuantize;
+using llmc::testing::packQ8Row;
 using llmc::testing::gridFor;
 using llmc::testing::randomVector;
 namespace quant = llmrt::quant;
@@ -165,39 +169,6 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
   }
 }
 
-/// The fast contract's int8 activations of one row as the CPU quantizes them.
-struct Q8Row {
-  std::vector<int8_t> q;
-  std::vector<float> d, s;
-};
-Q8Row cpuQuantize(const float *x, int k) {
-  Q8Row r;
-  r.q.resize(size_t(k));
-  r.d.resize(size_t(k / 32));
-  r.s.resize(size_t(k / 32));
-  llmrt::cpu::quantize_activations_scalar(x, k, r.q.data(), r.d.data(), r.s.data());
-  return r;
-}
-/// Where quantize_q8 puts element e of a row (KernelFamilies.h: span, lane quad, sub-block, and
-/// the 8 elements 2q, 2q+16, 2q+1, 2q+17, 2q+8, 2q+24, 2q+9, 2q+25 of the quad's bytes).
-size_t q8CodeAt(int e) {
-  const int b = e / 32, i = e % 32, span = b / 4, j = b % 4;
-  const int q = (i % 8) / 2, pair = i / 8, odd = i % 2;
-  static constexpr int kByte[2][4] = {{0, 4, 1, 5}, {2, 6, 3, 7}}; // [odd][pair]
-  return size_t(span) * 128 + 32 * q + 8 * j + kByte[odd][pair];
-}
-/// The q8 row the layout describes, built here from the CPU's quantization (unused bytes 0xEE).
-std::vector<uint8_t> packQ8Row(const Q8Row &r, int k) {
-  std::vector<uint8_t> row(size_t(llmc::q8RowBytes(k)), 0xEE);
-  const int spans = (k + 127) / 128;
-  for (int e = 0; e < k; ++e)
-    row[q8CodeAt(e)] = uint8_t(r.q[size_t(e)]);
-  for (int b = 0; b < k / 32; ++b) {
-    std::memcpy(&row[size_t(spans) * 128 + 4 * size_t(b)], &r.d[size_t(b)], 4);
-    std::memcpy(&row[size_t(spans) * 144 + 4 * size_t(b)], &r.s[size_t(b)], 4);
-  }
-  return row;
-}
 
 TEST(QuantizeQ8Kernel, QuantizesAsTheCpuFastContractBitForBit) {
   // Codes, scales and sums equal the CPU's (quantize_activations_scalar) in every byte, rows
