@@ -145,6 +145,9 @@ done
 for plan in gptq4_desc_act_mma gptq8_mma awq4_mma tiny_llama_int8_mma; do
   CONTRACT=fast case_ref "$plan" "$plan" 1e-2 "$PROMPT24"
 done
+# (awq4: head_dim 32, so every GEMV's int8 input is written by the step before it, attention
+# included; with --no-fused-quantize each GEMV's quantize_q8 kernel writes it)
+CONTRACT=fast case_ref awq4_mma_unfused awq4_mma 1e-2 "$PROMPT24" --no-fused-quantize
 CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
