@@ -121,14 +121,9 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitSiluMulKernel({14336, true, true}));
   add(llmc::emitSiluMulKernel({14336, false, true}));
   add(llmc::emitPermuteColumnsKernel(4096, true));
-  {
-    llmc::AttentionParams p;
-    p.cache = {8, 128, 16, "f32"};
-    p.numHeads = 32;
-    p.scale = 0.08838834764831845f;
-    p.quantizedOutput = true;
-    add(llmc::emitPagedAttentionKernel(p));
-  }
+  attn.tensorCores = false; // Llama-3's decode attention writing o_proj's int8 rows
+  attn.quantizedOutput = true;
+  add(llmc::emitPagedAttentionKernel(attn));
   return specs;
 }
 

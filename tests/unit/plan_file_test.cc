@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "runtime/plan/synthetic_weights.h"
@@ -195,6 +196,45 @@ TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
   }
 }
 
+// A plan of one program "forward" with one I32 value (id 0) and the one step `make_step` builds
+// (its inputs and outputs: that value), over kernels of the given families, in plan bytes.
+StatusOr<std::unique_ptr<Plan>> one_step_plan(
+    std::initializer_list<const char*> families,
+    const std::function<flatbuffers::Offset<fb::Step>(flatbuffers::FlatBufferBuilder&, const std::vector<int>*)>&
+        make_step) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<fb::Value>> values = {
+      fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
+  const std::vector<int> io = {0};
+  std::vector<flatbuffers::Offset<fb::Step>> steps = {make_step(fbb, &io)};
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {
+      fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
+  auto progs = fbb.CreateVector(programs);
+  std::vector<int> block = {128, 1, 1};
+  std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
+  for (const char* family : families)
+    kernels.push_back(
+        fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0, nullptr));
+  auto kernels_off = fbb.CreateVector(kernels);
+  fb::PlanBuilder pb(fbb);
+  pb.add_schema_major(kSchemaMajor);
+  pb.add_schema_minor(kSchemaMinor);
+  pb.add_cpu_kernel_abi(kCpuKernelAbi);
+  pb.add_programs(progs);
+  pb.add_kernels(kernels_off);
+  fb::FinishPlanBuffer(fbb, pb.Finish());
+  auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+  return Plan::from_bytes(bytes.data(), bytes.size());
+}
+
+// The plan reader refused a one_step_plan with an invalid-argument error naming the step and `error`.
+void expect_step_refused(const StatusOr<std::unique_ptr<Plan>>& plan, const char* error) {
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
+  EXPECT_NE(plan.status().message().find(error), std::string::npos) << plan.status().message();
+  EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos) << plan.status().message();
+}
+
 TEST(PlanFile, GemmLibraryFieldsAreChecked) {
   // A one-step program over a plan with five kernels: 0 and 1 of family linear (the step's
   // kernel and batched kernel), 2 to_bf16, 3 rms_norm, 4 dequant_bf16. The step names a GEMM
@@ -236,31 +276,10 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    flatbuffers::FlatBufferBuilder fbb;
-    std::vector<flatbuffers::Offset<fb::Value>> values = {
-        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
-    std::vector<int> io = {0};
-    std::vector<flatbuffers::Offset<fb::Step>> steps = {fb::CreateStepDirect(
-        fbb, c.op, &io, &io, nullptr, nullptr, 0, "step", c.batched, c.batched >= 0 ? 16 : 0, c.library, c.input,
-        c.weight, c.min_rows)};
-    std::vector<flatbuffers::Offset<fb::Program>> programs = {
-        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
-    auto progs = fbb.CreateVector(programs);
-    std::vector<int> block = {128, 1, 1};
-    std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
-    for (const char* family : {"linear", "linear", "to_bf16", "rms_norm", "dequant_bf16"})
-      kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
-                                               nullptr));
-    auto kernels_off = fbb.CreateVector(kernels);
-    fb::PlanBuilder pb(fbb);
-    pb.add_schema_major(kSchemaMajor);
-    pb.add_schema_minor(kSchemaMinor);
-    pb.add_cpu_kernel_abi(kCpuKernelAbi);
-    pb.add_programs(progs);
-    pb.add_kernels(kernels_off);
-    fb::FinishPlanBuffer(fbb, pb.Finish());
-    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
-    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    auto plan = one_step_plan({"linear", "linear", "to_bf16", "rms_norm", "dequant_bf16"}, [&](auto& fbb, auto* io) {
+      return fb::CreateStepDirect(fbb, c.op, io, io, nullptr, nullptr, 0, "step", c.batched, c.batched >= 0 ? 16 : 0,
+                                  c.library, c.input, c.weight, c.min_rows);
+    });
     if (!c.error) {
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       const fb::Step* st = (*plan)->program("forward")->steps()->Get(0);
@@ -269,11 +288,7 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
       EXPECT_EQ(st->library_weight_kernel(), c.weight);
       EXPECT_EQ(st->library_min_rows(), c.min_rows);
     } else {
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
-      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
-      EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos)
-          << plan.status().message();
+      expect_step_refused(plan, c.error);
     }
   }
 }
@@ -297,40 +312,16 @@ TEST(PlanFile, QuantizedOutputIsChecked) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    flatbuffers::FlatBufferBuilder fbb;
-    std::vector<flatbuffers::Offset<fb::Value>> values = {
-        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
-    std::vector<int> io = {0};
-    std::vector<flatbuffers::Offset<fb::Step>> steps = {
-        fb::CreateStepDirect(fbb, c.op, &io, &io, nullptr, nullptr, c.kernel, "step", -1, 0, fb::GemmLibrary::None,
-                             -1, -1, 0, -1, true)};
-    std::vector<flatbuffers::Offset<fb::Program>> programs = {
-        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
-    auto progs = fbb.CreateVector(programs);
-    std::vector<int> block = {128, 1, 1};
-    std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
-    for (const char* family : {"rms_norm", "add_rms_norm", "silu_mul", "linear", "permute_columns"})
-      kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
-                                               nullptr));
-    auto kernels_off = fbb.CreateVector(kernels);
-    fb::PlanBuilder pb(fbb);
-    pb.add_schema_major(kSchemaMajor);
-    pb.add_schema_minor(kSchemaMinor);
-    pb.add_cpu_kernel_abi(kCpuKernelAbi);
-    pb.add_programs(progs);
-    pb.add_kernels(kernels_off);
-    fb::FinishPlanBuffer(fbb, pb.Finish());
-    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
-    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    auto plan = one_step_plan({"rms_norm", "add_rms_norm", "silu_mul", "linear", "permute_columns"},
+                              [&](auto& fbb, auto* io) {
+                                return fb::CreateStepDirect(fbb, c.op, io, io, nullptr, nullptr, c.kernel, "step", -1,
+                                                            0, fb::GemmLibrary::None, -1, -1, 0, -1, true);
+                              });
     if (!c.error) {
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       EXPECT_TRUE((*plan)->program("forward")->steps()->Get(0)->quantized_output());
     } else {
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
-      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
-      EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos)
-          << plan.status().message();
+      expect_step_refused(plan, c.error);
     }
   }
 }
@@ -359,40 +350,15 @@ TEST(PlanFile, InputQuantKernelIsChecked) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    flatbuffers::FlatBufferBuilder fbb;
-    std::vector<flatbuffers::Offset<fb::Value>> values = {
-        fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
-    std::vector<int> io = {0};
-    std::vector<flatbuffers::Offset<fb::Step>> steps = {
-        fb::CreateStepDirect(fbb, c.op, &io, &io, nullptr, nullptr, c.kernel, "step", -1, 0, fb::GemmLibrary::None,
-                             -1, -1, 0, c.quant)};
-    std::vector<flatbuffers::Offset<fb::Program>> programs = {
-        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
-    auto progs = fbb.CreateVector(programs);
-    std::vector<int> block = {128, 1, 1};
-    std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
-    for (const char* family : {"linear", "quantize_q8", "rms_norm"})
-      kernels.push_back(fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0,
-                                               nullptr));
-    auto kernels_off = fbb.CreateVector(kernels);
-    fb::PlanBuilder pb(fbb);
-    pb.add_schema_major(kSchemaMajor);
-    pb.add_schema_minor(kSchemaMinor);
-    pb.add_cpu_kernel_abi(kCpuKernelAbi);
-    pb.add_programs(progs);
-    pb.add_kernels(kernels_off);
-    fb::FinishPlanBuffer(fbb, pb.Finish());
-    auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
-    auto plan = Plan::from_bytes(bytes.data(), bytes.size());
+    auto plan = one_step_plan({"linear", "quantize_q8", "rms_norm"}, [&](auto& fbb, auto* io) {
+      return fb::CreateStepDirect(fbb, c.op, io, io, nullptr, nullptr, c.kernel, "step", -1, 0, fb::GemmLibrary::None,
+                                  -1, -1, 0, c.quant);
+    });
     if (!c.error) {
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       EXPECT_EQ((*plan)->program("forward")->steps()->Get(0)->input_quant_kernel(), c.quant);
     } else {
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
-      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
-      EXPECT_NE(plan.status().message().find("program 'forward' step 0"), std::string::npos)
-          << plan.status().message();
+      expect_step_refused(plan, c.error);
     }
   }
 }
