@@ -431,9 +431,9 @@ Status CudaExecutor::decode(const Plan& plan) {
 
 namespace {
 
-// The kernel a step of `rows` rows launches (library calls aside).
 using Step = CudaExecutor::Step;
 
+// The kernel a step of `rows` rows launches (library calls aside).
 const Step::Launch& kernel_for(const Step& st, int rows) {
   return st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
 }
