@@ -99,15 +99,34 @@ __device__ int selectTop(int n, Value value, Id id, Shared &sh, int *ids, float 
         atomicAdd(&sh.hist[(k >> shift) & 255u], 1u);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int cum = 0, d = 255;
-      for (; d > 0; --d) {
-        if (cum + (int)sh.hist[d] >= remaining)
-          break;
-        cum += (int)sh.hist[d];
+    // The digit: the largest d whose entries with a digit >= d number `remaining` or more (0 when
+    // none: fewer valid entries), and `remaining` less those above it. Warp 0 holds the 256 bins
+    // in descending order, 8 per lane; a shuffle scan of the lanes' sums finds the lane holding
+    // it, which walks its 8 bins (not one thread walking up to 255).
+    if (warp == 0) {
+      int c[8], s = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        s += c[j] = (int)sh.hist[255 - 8 * lane - j];
+      int inc = s; // entries in the bins of lanes 0 .. lane
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o)
+          inc += t;
       }
-      sh.digit = (unsigned)d;
-      sh.remaining = remaining - cum;
+      const unsigned hit = __ballot_sync(0xffffffffu, inc >= remaining);
+      const int at = hit ? __popc((hit & (0u - hit)) - 1u) : 31; // the lowest such lane
+      if (lane == at) {
+        int cum = inc - s, j = 0;
+        for (; j < 7; ++j) { // (bin 0, j = 7 of lane 31, is taken without the test)
+          if (cum + c[j] >= remaining)
+            break;
+          cum += c[j];
+        }
+        sh.digit = (unsigned)(255 - 8 * lane - j);
+        sh.remaining = remaining - cum;
+      }
     }
     __syncthreads();
     prefix |= sh.digit << shift;

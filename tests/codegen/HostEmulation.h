@@ -150,6 +150,22 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int laneMask) 
   return out;
 }
 
+/// __shfl_up_sync over the whole warp (every lane calls it): lane l gets lane l - delta's value,
+/// lanes below delta their own.
+template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned delta) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  const unsigned me = threadIdx.x, lane = me & 31;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  llmc_emu::shuffleSlots[me] = bits;
+  __syncwarp();
+  T out = v;
+  if (lane >= delta)
+    std::memcpy(&out, &llmc_emu::shuffleSlots[me - delta], sizeof(T));
+  __syncwarp(); // the slots are reused by the next shuffle
+  return out;
+}
+
 /// __ballot_sync over the whole warp (every lane calls it): bit l set when lane l's predicate is.
 static inline unsigned __ballot_sync(unsigned, bool pred) {
   const unsigned me = threadIdx.x, base = me - (me & 31);

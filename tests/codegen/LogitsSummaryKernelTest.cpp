@@ -23,17 +23,21 @@ using SummaryFn = void (*)(const float *, unsigned char *, unsigned char *, int,
 using UnsplitFn = void (*)(const float *, unsigned char *, int, unsigned);
 
 // Row r of `kind`: distinct values, ties everywhere, half masked, NaN and a flat tail, all -inf,
-// all NaN.
+// all NaN, exactly kLogitsSummaryTop entries far above the rest (the radix select's first digit
+// then holds exactly as many as it takes: its bin ends the count).
 std::vector<float> makeRow(int vocab, int kind, uint32_t seed) {
   std::vector<float> v = llmc::testing::randomVector(size_t(vocab), seed, 0.0f, 1.0f);
-  for (float &x : v) {
+  int high = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    float &x = v[i];
     switch (kind) {
     case 0: x = 16.0f * x - 8.0f; break;
     case 1: x = std::floor(5.0f * x) - 2.0f; break;
     case 2: x = x < 0.5f ? -INFINITY : 30.0f * x; break;
     case 3: x = x < 0.02f ? NAN : (x < 0.3f ? -1.0f : -x); break;
     case 4: x = -INFINITY; break;
-    default: x = NAN; break;
+    case 5: x = NAN; break;
+    default: x = i % 7 == 3 && high < llmrt::kLogitsSummaryTop ? 10.0f + 0.01f * float(high++) : -x; break;
     }
   }
   return v;
@@ -54,7 +58,7 @@ void checkVocab(int vocab, int L, int parts) {
                          : "const float *logits, unsigned char *out, int L",
                parts > 1 ? "logits, out, work, L" : "logits, out, L");
   ASSERT_TRUE(k.ok()) << k.error();
-  const int kinds = 6;
+  const int kinds = 7;
   std::vector<float> logits;
   for (int r = 0; r < L; ++r) {
     std::vector<float> row = makeRow(vocab, r % kinds, uint32_t(vocab + 31 * r));
