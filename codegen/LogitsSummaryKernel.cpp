@@ -93,10 +93,15 @@ __device__ int selectTop(int n, Value value, Id id, Shared &sh, int *ids, float 
     for (int i = threadIdx.x; i < 256; i += kBlock)
       sh.hist[i] = 0u;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += kBlock) {
-      const unsigned k = orderKey(value(i));
-      if ((k & mask) == prefix)
-        atomicAdd(&sh.hist[(k >> shift) & 255u], 1u);
+    // Warp-aggregated: the lanes counting into one bin add their number once (logits crowd into
+    // few bins of the first digit, where one atomic per entry would serialize on one address).
+    for (int base = 0; base < n; base += kBlock) {
+      const int i = base + (int)threadIdx.x;
+      const unsigned k = i < n ? orderKey(value(i)) : 0u;
+      const unsigned bin = i < n && (k & mask) == prefix ? (k >> shift) & 255u : 256u; // 256: none
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin < 256u && (peers & ((1u << lane) - 1u)) == 0u) // the lowest lane of its peers
+        atomicAdd(&sh.hist[bin], (unsigned)__popc(peers));
     }
     __syncthreads();
     // The digit: the largest d whose entries with a digit >= d number `remaining` or more (0 when

@@ -166,6 +166,19 @@ template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned delta)
   return out;
 }
 
+/// __match_any_sync over the whole warp (every lane calls it): the lanes whose value equals this
+/// lane's.
+static inline unsigned __match_any_sync(unsigned, unsigned v) {
+  const unsigned me = threadIdx.x, base = me - (me & 31);
+  llmc_emu::shuffleSlots[me] = v;
+  __syncwarp();
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32 && base + l < blockDim.x; ++l)
+    bits |= unsigned(llmc_emu::shuffleSlots[base + l] == v) << l;
+  __syncwarp();
+  return bits;
+}
+
 /// __ballot_sync over the whole warp (every lane calls it): bit l set when lane l's predicate is.
 static inline unsigned __ballot_sync(unsigned, bool pred) {
   const unsigned me = threadIdx.x, base = me - (me & 31);
