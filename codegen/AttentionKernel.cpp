@@ -805,10 +805,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                   {{"Q8_DOC", q8 ? " unsigned char *q8," : ""},
                    {"Q8_PARAM", q8 ? " unsigned char *__restrict__ q8," : ""},
                    {"Q8_STORE", q8 ? detail::kQuantizeQ8Store : ""},
-                   {"Q8_WRITE", q8 ? "\n            if (q8 != nullptr) {\n              const float one[1] = {y};\n"
-                                     "              storeQ8<kH * kHd, 1>(q8 + row * q8RowBytes<kH * kHd>(), "
-                                     "(head0 + g) * kHd + d, one, true);\n            }"
-                                   : ""}});
+                   {"Q8_WRITE", q8 ? "\n            storeQ8Value<kH * kHd>(q8, row, (head0 + g) * kHd + d, y);" : ""}});
   KernelSpec spec = detail::finishSpec("paged_attention", attentionPrefix(p) + (q8 ? "_q8" : ""),
                                        detail::substitute(kAttentionTemplate, bindings), block,
                                        "rows*" + std::to_string(items) + " x" + std::to_string(kMaxChunks) +

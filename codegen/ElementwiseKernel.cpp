@@ -129,8 +129,7 @@ llmrt::StatusOr<KernelSpec> emitPermuteColumnsKernel(int64_t width, bool quantiz
                                    std::to_string(width));
   const int block = detail::elementwiseBlockSize(width);
   // With q8 rows a warp's 32 columns are one sub-block (kD and kBlock multiples of 32).
-  const char *write = "\n      if (q8 != nullptr) {\n        const float one[1] = {y};\n"
-                      "        storeQ8<kD, 1>(q8 + row * q8RowBytes<kD>(), j, one, true);\n      }";
+  const char *write = "\n      storeQ8Value<kD>(q8, row, j, y);";
   return detail::finishSpec(
       "permute_columns", "llm_permute_columns_d" + std::to_string(width) + (quantizedOutput ? "_q8" : ""),
       detail::substitute(kPermuteTemplate, {{"D", std::to_string(width)},

@@ -89,7 +89,8 @@ mlir::FailureOr<std::optional<KernelSpec>> emitInputQuantKernel(mlir::Operation 
 /// that reads it next: llm.rms_norm (one group over the row), llm.add_rms_norm (its normed
 /// result), llm.silu_mul, llm.permute_columns (GPTQ act-order) and llm.paged_attention (its
 /// per-row kernel; head_dim a multiple of 32) whose result 0 (a multiple of 32 wide) is the input
-/// of an llm.linear that usesInt8Activations. (The logits' input stays with its own kernel: it gathers rows.)
+/// of an llm.linear that usesInt8Activations. (The logits' input keeps its own kernel: it
+/// gathers rows.)
 bool writesQuantizedOutput(mlir::Operation *op);
 
 } // namespace llmc

@@ -68,7 +68,8 @@ extern const char *const kInt8RowStore;
 /// of a row of K from element e0 written into its int8 row of the fast contract (the layout of
 /// emitQuantizeQ8Kernel, bit for bit its output for the same values) by the 32 / V lanes of the
 /// warp holding their sub-block (shuffles: every lane of the warp calls it; only lanes with
-/// `store` write, whole sub-blocks of them). Defined in QuantizeQ8Kernel.cpp.
+/// `store` write, whole sub-blocks of them); storeQ8Value<K>(q8, row, e, y), one value per lane,
+/// nothing when q8 is null. Defined in QuantizeQ8Kernel.cpp.
 extern const char *const kQuantizeQ8Store;
 
 /// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or

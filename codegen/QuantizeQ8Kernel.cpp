@@ -48,8 +48,7 @@ ${ENTRY}(const float *__restrict__ x, const int *__restrict__ rows, unsigned cha
     if (b >= kSubBlocks)
       continue; // (no barrier below: warps are independent)
     const long long src = kGather ? (long long)rows[t] : t;
-    const float v[1] = {x[src * kK + 32 * b + lane]};
-    storeQ8<kK, 1>(out + (long long)t * q8RowBytes<kK>(), 32 * b + lane, v, true);
+    storeQ8Value<kK>(out, t, 32 * b + lane, x[src * kK + 32 * b + lane]);
   }
 }
 )cuda";
@@ -57,8 +56,8 @@ ${ENTRY}(const float *__restrict__ x, const int *__restrict__ rows, unsigned cha
 } // namespace
 
 // Shared with the kernels that write a GEMV's int8 input as a second output of their own
-// (rms_norm, add_rms_norm, silu_mul with RmsNormParams / SiluMulParams::quantizedOutput): the
-// same operations, so the same bits as this family's kernel reading their f32 output back.
+// (rms_norm, add_rms_norm, silu_mul, permute_columns and paged_attention with quantizedOutput):
+// the same operations, so the same bits as this family's kernel reading their f32 output back.
 const char *const detail::kQuantizeQ8Store = R"cuda(// Int8 rows of the fast contract (codegen/KernelFamilies.h, emitQuantizeQ8Kernel).
 template <int K> __device__ __forceinline__ constexpr long long q8RowBytes() { return (K + 127) / 128 * 160LL; }
 
@@ -105,6 +104,16 @@ __device__ __forceinline__ void storeQ8(unsigned char *row, int e0, const float 
   if (store && (e0 & 31) == 0) {
     reinterpret_cast<float *>(row + kSpans * 128)[b] = d;
     reinterpret_cast<float *>(row + kSpans * 144)[b] = __fmul_rn(d, (float)sum);
+  }
+}
+
+// One value y per lane (element e of row `row` of the int8 rows at q8; the warp's 32 lanes a
+// sub-block): storeQ8 when q8 is not null.
+template <int K>
+__device__ __forceinline__ void storeQ8Value(unsigned char *q8, long long row, int e, float y) {
+  if (q8 != nullptr) {
+    const float one[1] = {y};
+    storeQ8<K, 1>(q8 + row * q8RowBytes<K>(), e, one, true);
   }
 }
 )cuda";

@@ -139,9 +139,7 @@ std::vector<std::pair<std::string, std::string>> q8Parts(const RmsNormParams &p,
   if (!p.quantizedOutput)
     return {{"Q8_PARAM", ""}, {key, ""}};
   return {{"Q8_PARAM", ", unsigned char *__restrict__ q8"},
-          {key, std::string("\n        if (q8 != nullptr) {\n          const float one[1] = {y};\n"
-                            "          storeQ8<kD, 1>(q8 + ") +
-                    rowExpr + " * q8RowBytes<kD>(), j, one, true);\n        }"}};
+          {key, std::string("\n        storeQ8Value<kD>(q8, ") + rowExpr + ", j, y);"}};
 }
 
 llmrt::Status checkQuantizedOutput(const char *what, const RmsNormParams &p) {

@@ -27,7 +27,6 @@ struct CudaExecutor::Step {
   Launch dequant;   // kernel -1: the library reads the weight as stored (else dequant_bf16's copy)
   Launch quant_in;  // kernel -1: `main` reads the f32 input (else quantize_q8's int8 rows)
   bool quant_out = false;  // `main` takes a q8 pointer: its output 0 as int8 rows (when not null)
-  bool fuse_quant = false;  // quant_out, and the executor passes one (CudaExecutorOptions::fused_quantize)
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -419,7 +418,6 @@ Status CudaExecutor::decode(const Plan& plan) {
       st.kernels += " (int8 activations)";
     }
     st.quant_out = s.quantized_output();  // (checked: an op whose kernel can)
-    st.fuse_quant = st.quant_out && fused_quantize_;
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
@@ -445,6 +443,14 @@ bool gemv_reads_int8(const Step& st, int rows, int id) {
          !(st.library && rows >= st.library_min_rows) && &kernel_for(st, rows) == &st.main;
 }
 
+// Whether steps[i], at `rows` rows, writes the int8 rows of its output for the GEMV of the step
+// after it (its main kernel takes the q8 pointer; `fused`: CudaExecutorOptions::fused_quantize).
+bool writes_int8_rows(const std::vector<Step>& steps, size_t i, int rows, bool fused) {
+  const Step& st = steps[i];
+  return fused && st.quant_out && &kernel_for(st, rows) == &st.main && i + 1 < steps.size() &&
+         gemv_reads_int8(steps[i + 1], rows, st.out[0]);
+}
+
 }  // namespace
 
 int CudaExecutor::launches_per_step() const {
@@ -455,9 +461,7 @@ int CudaExecutor::launches_per_step() const {
     const bool logits = st.op == fb::OpKind::Logits;
     launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
     quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
-    if (st.fuse_quant && &kernel_for(st, 1) == &st.main && i + 1 < steps_.size() &&
-        gemv_reads_int8(steps_[i + 1], 1, st.out[0]))
-      quantized = st.out[0];
+    if (writes_int8_rows(steps_, i, 1, fused_quantize_)) quantized = st.out[0];
   }
   return launches;
 }
@@ -728,18 +732,15 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     };
     // A step writing int8 rows of its output (Step.quant_out) does so when the next step's GEMV
     // reads them: into quant_input_, sparing that step's quantize_q8 kernel.
-    const bool writes_q8 = st.fuse_quant && &kernel_for(st, T) == &st.main && index + 1 < steps_.size() &&
-                           gemv_reads_int8(steps_[index + 1], T, st.out[0]);
+    const bool writes_q8 = writes_int8_rows(steps_, index, T, fused_quantize_);
     auto q8_out = [&] {  // (the main kernel's parameter; a batched kernel has none)
       if (st.quant_out && &kernel_for(st, T) == &st.main) ptr(writes_q8 ? quant_input_ : 0);
     };
     switch (st.op) {
       case fb::OpKind::Embedding:
-        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(value_ptr(st.out[0]));
-        break;
       case fb::OpKind::RmsNorm:
         ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(value_ptr(st.out[0]));
-        q8_out();
+        q8_out();  // (never an embedding's: checked)
         break;
       case fb::OpKind::AddRmsNorm:
         ptr(value_ptr(st.in[0])), ptr(value_ptr(st.in[1])), ptr(weight(0));
