@@ -28,6 +28,16 @@
 // finished last. Contexts of kMinChunk positions or fewer take one chunk and
 // the unsplit path.
 //
+// Decode with rope_kv_store inside (AttentionParams::rope, the plan's Step.rope_kernel): the
+// per-row kernel taking the fused projection qkv in place of q, for steps in which every
+// sequence has one row. An item rotates its q heads itself (rope_kv_store's rotation, then the
+// same scaling as the plain load); the chunk that ends at the row's own position p also builds
+// that position's k (rotated) and v in shared memory as the cache will hold them (int8: codes and
+// scale by the kv_store code, read back dequantized) and takes them from there, not from the
+// cache, which no block reads at p in this launch; the kv head's first item stores them at the
+// row's slot. Outputs and cache are those of rope_kv_store then the plain kernel, bit for bit,
+// with one launch fewer per layer and no q row through memory.
+//
 // Prefill (the family's second kernel, AttentionParams::tensorCores; plans launch it for steps
 // of kTiledAttentionMinRows rows or more), FlashAttention-style: a block takes a query tile of
 // one sequence's rows times the heads of a kv head group, 64 (row, head) pairs, and walks the
@@ -45,6 +55,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace llmc {
 
@@ -148,9 +159,9 @@ namespace {
 
 constexpr const char *kAttentionTemplate = R"cuda(// llmc kernel: paged_attention, heads=${H} kv_heads=${HKV} head_dim=${HD}
 // block_size=${BS} window=${WINDOW} scale=${SCALE}
-// Params: (const float *q, const ${ELEM} *k_cache, const ${ELEM} *v_cache,${SCALE_PARAMS_DOC}
-//          const int *positions, const int *query_start, const int *block_tables,
-//          int max_blocks, int S, float *out,${Q8_DOC} unsigned char *work, int T)
+// Params: (const float *${Q_NAME}, ${CACHE_CONST}${ELEM} *k_cache, ${CACHE_CONST}${ELEM} *v_cache,${SCALE_PARAMS_DOC}
+//          const int *positions,${SLOTS_DOC} const int *query_start, const int *block_tables,
+//          int max_blocks, int S, float *out,${Q8_DOC} unsigned char *work, int T)${ROPE_DOC}
 // work: ${WORK} bytes, zero when first launched (the kernel leaves it so).
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T * ${ITEMS}, times ${MAX_CHUNKS} when T <= ${SPLIT_ROWS}
 // (grid-stride over (row, head group, chunk)).
@@ -170,14 +181,14 @@ constexpr int kMaxChunks = ${MAX_CHUNKS};
 constexpr int kMinChunk = ${MIN_CHUNK};   // positions, a multiple of kBlock
 constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) per head
 constexpr long long kCountersBytes = ${COUNTERS_BYTES};
-${CACHE_READ}
+${CACHE_READ}${ROPE_CONSTANTS}
 ${REDUCTIONS}${Q8_STORE}} // namespace
 
 // (kBlock, 1): ptxas's default register budget for 128-thread blocks spilled a few bytes of the
 // windowed variant on sm_80; with at least one block per SM it keeps them in registers.
 extern "C" __global__ void __launch_bounds__(kBlock, 1)
-${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
-         const ${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,
+${ENTRY}(const float *__restrict__ ${Q_NAME}, ${CACHE_CONST}${ELEM} *__restrict__ k_cache,
+         ${CACHE_CONST}${ELEM} *__restrict__ v_cache,${SCALE_PARAMS} const int *__restrict__ positions,${SLOTS_PARAM}
          const int *__restrict__ query_start, const int *__restrict__ block_tables,
          int max_blocks, int S, float *__restrict__ out,${Q8_PARAM} unsigned char *__restrict__ work, int T) {
   // One item = (row, kGroup query heads sharing a kv head): they read each K and V row once. Every head keeps its own order of operations (the same score trees, the same
@@ -186,7 +197,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
   __shared__ float probs[kGroup][kBlock]; // a tile's scores, then its probabilities
   __shared__ long long cacheRow[kBlock];  // the tile's positions' cache rows
   __shared__ float red[kBlock];
-  __shared__ int isLast;
+  __shared__ int isLast;${ROPE_SHARED}
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   constexpr int kWarps = kBlock / 32;
   int *counters = reinterpret_cast<int *>(work);
@@ -223,11 +234,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
     if (chunk >= nChunks)
       continue;
     const int lo = first + chunk * span, hi = p < lo + span - 1 ? p : lo + span - 1;
-    const float *qrow = q + ((long long)row * kH + head0) * kHd;
-    for (int i = tid; i < kGroup * kHd; i += kBlock)
-      qs[i / kHd][i % kHd] = qrow[i] * kScale;
-    __syncthreads();
-    float acc[kGroup][kPerThread];
+${LOAD_Q}    float acc[kGroup][kPerThread];
     float m[kGroup], l[kGroup];
     const float negInf = __uint_as_float(0xff800000u);
 #pragma unroll
@@ -243,7 +250,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
       const int n = hi - j0 + 1 < kBlock ? hi - j0 + 1 : kBlock;
       // The cache rows of the tile's positions, looked up once.
       if (tid < n)
-        cacheRow[tid] = ((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
+        cacheRow[tid] = ${OWN_ROW}((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
       __syncthreads();
       // Scores: warp w takes positions w, w + kWarps, ..., its lanes the head dimensions
       // (d = lane + 32 i, coalesced reads of the K row), an xor tree the sum; into probs.
@@ -255,7 +262,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
           part[g] = 0.0f;
 #pragma unroll
         for (int d = lane; d < kHd; d += 32) {
-          const float kd = cacheAt(k_cache, K_SCALES, r, d);
+          const float kd = ${K_AT};
 #pragma unroll
           for (int g = 0; g < kGroup; ++g)
             part[g] += qs[g][d] * kd;
@@ -292,7 +299,7 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
         if (d < kHd) {
 #pragma unroll 4
           for (int jj = 0; jj < n; ++jj) {
-            const float vd = cacheAt(v_cache, V_SCALES, cacheRow[jj], d);
+            const float vd = ${V_AT};
 #pragma unroll
             for (int g = 0; g < kGroup; ++g)
               acc[g][i] += probs[g][jj] * vd;
@@ -654,6 +661,96 @@ __device__ __forceinline__ float cacheAt(const signed char *c, const float *scal
 }
 )cuda";
 
+// The per-row kernel's query load, plain: q pre-scaled into shared memory.
+constexpr const char *kLoadQ = R"cuda(    const float *qrow = q + ((long long)row * kH + head0) * kHd;
+    for (int i = tid; i < kGroup * kHd; i += kBlock)
+      qs[i / kHd][i % kHd] = qrow[i] * kScale;
+    __syncthreads();
+)cuda";
+
+// With rope_kv_store inside (AttentionParams::rope; decode steps, one row per sequence): the
+// rows of the fused projection and the rotation, and the row's own k and v as the cache holds
+// them (a chunk that ends at the row's position p reads them from here: they are not in the
+// cache before this launch).
+constexpr const char *kRopeConstants = R"cuda(
+constexpr int kHalf = kHd / 2;
+constexpr bool kNeox = ${NEOX};
+constexpr int kQWidth = kH * kHd;
+constexpr int kKvWidth = kHkv * kHd;
+constexpr int kQkvWidth = kQWidth + 2 * kKvWidth; // a row of qkv: q, k, v columns
+${ROTATION}${ROW_STORE})cuda";
+
+// f32 cache: the item's q heads rotated as rope_kv_store rotates them (rotatePair), then scaled
+// as the plain load scales rope_kv_store's output; when the chunk ends at p, the kv head's k
+// rotated in the same loop and its v copied. The kv head's first item stores both at the row's
+// slot (none for padding, slot < 0): rope_kv_store's write, by one block.
+constexpr const char *kLoadQRopeF32 = R"cuda(    const float *src = qkv + (long long)row * kQkvWidth;
+    const float angle = (float)p;
+    const bool own = hi == p;
+    for (int i = tid; i < (own ? kGroup + 1 : kGroup) * kHalf; i += kBlock) {
+      const int g = i / kHalf;
+      if (g < kGroup)
+        rotatePair(src + (head0 + g) * kHd, qs[g], i - g * kHalf, angle);
+      else
+        rotatePair(src + kQWidth + kvHead * kHd, kNew, i - g * kHalf, angle);
+    }
+    if (own)
+      for (int d = tid; d < kHd; d += kBlock)
+        vNew[d] = src[kQWidth + kKvWidth + kvHead * kHd + d];
+    __syncthreads();
+    for (int i = tid; i < kGroup * kHd; i += kBlock)
+      qs[i / kHd][i % kHd] *= kScale;
+    const long long slot = own && head0 % (kH / kHkv) == 0 ? kv_slots[row] : -1;
+    if (slot >= 0) {
+      const long long at = ((slot / kBs * kHkv + kvHead) * kBs + slot % kBs) * kHd;
+      for (int d = tid; d < kHd; d += kBlock) {
+        k_cache[at + d] = kNew[d];
+        v_cache[at + d] = vNew[d];
+      }
+    }
+    __syncthreads();
+)cuda";
+
+// int8 cache: the same, the own k and v rows quantized by rope_kv_store's code (warps 0 and 1:
+// storeRowI8 of rotatedAt and of v) into shared codes and scales, read back dequantized as
+// cacheAt reads the cache.
+constexpr const char *kLoadQRopeInt8 = R"cuda(    const float *src = qkv + (long long)row * kQkvWidth;
+    const float angle = (float)p;
+    const bool own = hi == p;
+    for (int i = tid; i < kGroup * kHalf; i += kBlock) {
+      const int g = i / kHalf;
+      rotatePair(src + (head0 + g) * kHd, qs[g], i - g * kHalf, angle);
+    }
+    if (own) {
+      const float *k = src + kQWidth + kvHead * kHd, *v = src + kQWidth + kKvWidth + kvHead * kHd;
+      if (warp == 0)
+        storeRowI8([&](int d) { return rotatedAt(k, d, angle); }, kCodes, &kCodeScale, lane);
+      else if (warp == 1)
+        storeRowI8([&](int d) { return v[d]; }, vCodes, &vCodeScale, lane);
+    }
+    __syncthreads();
+    for (int i = tid; i < kGroup * kHd; i += kBlock)
+      qs[i / kHd][i % kHd] *= kScale;
+    if (own)
+      for (int d = tid; d < kHd; d += kBlock) {
+        kNew[d] = __fmul_rn((float)kCodes[d], kCodeScale);
+        vNew[d] = __fmul_rn((float)vCodes[d], vCodeScale);
+      }
+    const long long slot = own && head0 % (kH / kHkv) == 0 ? kv_slots[row] : -1;
+    if (slot >= 0) {
+      const long long r = (slot / kBs * kHkv + kvHead) * kBs + slot % kBs; // the cache row
+      for (int d = tid; d < kHd; d += kBlock) {
+        k_cache[r * kHd + d] = kCodes[d];
+        v_cache[r * kHd + d] = vCodes[d];
+      }
+      if (tid == 0) {
+        k_scales[r] = kCodeScale;
+        v_scales[r] = vCodeScale;
+      }
+    }
+    __syncthreads();
+)cuda";
+
 // Flash-decoding sizes (see the file comment): steps of up to 32 rows (decode batches) split a
 // row's positions into up to 32 chunks of at least 256 positions (two tiles): 8K positions
 // give Llama-3-8B's 8 kv-head groups 256 blocks at batch 1 instead of 8.
@@ -763,6 +860,9 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                    " kv heads");
   if (!std::isfinite(p.scale) || p.scale <= 0.0f || p.slidingWindow < 0)
     return llmrt::invalid_argument("paged_attention: scale must be finite and > 0, sliding window >= 0");
+  if (p.tensorCores && p.rope)
+    return llmrt::invalid_argument("paged_attention: the tiled kernel has no rope_kv_store inside (decode steps "
+                                   "run the per-row kernel)");
   if (p.tensorCores)
     return emitTiled(p);
   // Threads score one position each per tile; 128 keeps a tile's K rows in
@@ -806,7 +906,48 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                    {"Q8_PARAM", q8 ? " unsigned char *__restrict__ q8," : ""},
                    {"Q8_STORE", q8 ? detail::kQuantizeQ8Store : ""},
                    {"Q8_WRITE", q8 ? "\n            storeQ8Value<kH * kHd>(q8, row, (head0 + g) * kHd + d, y);" : ""}});
-  KernelSpec spec = detail::finishSpec("paged_attention", attentionPrefix(p) + (q8 ? "_q8" : ""),
+  // rope_kv_store inside (AttentionParams::rope): its inputs in place of q, the cache written.
+  const bool rope = p.rope.has_value();
+  std::string rotation, ropeDoc;
+  if (rope) {
+    const RopeParams &r = *p.rope;
+    if (r.numHeads != p.numHeads || r.headDim != p.cache.headDim || p.cache.headDim % 2 != 0)
+      return llmrt::invalid_argument("paged_attention: the rope_kv_store inside rotates " + std::to_string(r.numHeads) +
+                                     " heads of " + std::to_string(r.headDim) + ", the attention reads " +
+                                     std::to_string(p.numHeads) + " of " + std::to_string(p.cache.headDim) +
+                                     " (equal and even)");
+    ASSIGN_OR_RETURN(rotation, detail::ropeRotationSource(r));
+    char theta[32];
+    std::snprintf(theta, sizeof(theta), "%.17g", r.theta);
+    ropeDoc = "\n// With rope_kv_store inside (style=" + r.style + " type=" + r.ropeType + " theta=" + theta +
+              "): qkv and kv_slots are that step's inputs, the row's k and v are stored into the cache\n"
+              "// here; for steps in which every sequence has exactly one row (decode) only.";
+    for (auto &b : bindings)
+      if (b.first == "SCALE_PARAMS" && i8)
+        b.second = "\n         float *__restrict__ k_scales, float *__restrict__ v_scales,";
+  }
+  bindings.insert(
+      bindings.end(),
+      {{"Q_NAME", rope ? "qkv" : "q"},
+       {"CACHE_CONST", rope ? "" : "const "},
+       {"SLOTS_DOC", rope ? " const long long *kv_slots," : ""},
+       {"SLOTS_PARAM", rope ? " const long long *__restrict__ kv_slots," : ""},
+       {"ROPE_DOC", ropeDoc},
+       {"ROPE_CONSTANTS", rope ? detail::substitute(kRopeConstants, {{"NEOX", p.rope->style == "neox" ? "true" : "false"},
+                                                                    {"ROTATION", rotation},
+                                                                    {"ROW_STORE", i8 ? detail::kInt8RowStore : ""}})
+                               : ""},
+       {"ROPE_SHARED",
+        !rope ? ""
+        : i8  ? "\n  __shared__ float kNew[kHd], vNew[kHd]; // the row's own k and v, as the cache holds them"
+                "\n  __shared__ signed char kCodes[kHd], vCodes[kHd];\n  __shared__ float kCodeScale, vCodeScale;"
+              : "\n  __shared__ float kNew[kHd], vNew[kHd]; // the row's own k and v, as the cache holds them"},
+       {"LOAD_Q", !rope ? kLoadQ : i8 ? kLoadQRopeInt8 : kLoadQRopeF32},
+       {"OWN_ROW", rope ? "j == p ? -1 : " : ""},
+       {"K_AT", rope ? "r < 0 ? kNew[d] : cacheAt(k_cache, K_SCALES, r, d)" : "cacheAt(k_cache, K_SCALES, r, d)"},
+       {"V_AT", rope ? "cacheRow[jj] < 0 ? vNew[d] : cacheAt(v_cache, V_SCALES, cacheRow[jj], d)"
+                     : "cacheAt(v_cache, V_SCALES, cacheRow[jj], d)"}});
+  KernelSpec spec = detail::finishSpec("paged_attention", attentionPrefix(p) + (rope ? "_rope" : "") + (q8 ? "_q8" : ""),
                                        detail::substitute(kAttentionTemplate, bindings), block,
                                        "rows*" + std::to_string(items) + " x" + std::to_string(kMaxChunks) +
                                            " when rows<=" + std::to_string(kSplitRows));

@@ -545,6 +545,39 @@ int batchedMinRows(Operation *op) {
   return kTensorCoreMinRows;
 }
 
+FailureOr<std::optional<KernelSpec>> emitRopeAttentionKernel(Operation *op) {
+  const std::optional<KernelSpec> none;
+  if (op->getName().getStringRef() != "llm.paged_attention" || op->getNumOperands() < 2 || !hasKernel(op))
+    return none;
+  Operation *store = op->getOperand(0).getDefiningOp();
+  if (!store || store->getName().getStringRef() != "llm.rope_kv_store" || store != op->getPrevNode() ||
+      store->getNumResults() != 2 || op->getOperand(0) != store->getResult(0) || !store->getResult(0).hasOneUse() ||
+      op->getOperand(1) != store->getResult(1) || store->getNumOperands() < 2 || !hasKernel(store))
+    return none;
+  // Positions: @forward's (the runtime's positions buffer, which the attention reads too).
+  auto positions = dyn_cast<BlockArgument>(store->getOperand(1));
+  if (!positions || positions.getArgNumber() != 1 || !positions.getOwner()->isEntryBlock() ||
+      positions.getOwner()->getParentOp()->getName().getStringRef() != "func.func")
+    return none;
+  auto layer = op->getAttrOfType<IntegerAttr>("layer"), storeLayer = store->getAttrOfType<IntegerAttr>("layer");
+  if (!layer || !storeLayer || layer.getInt() != storeLayer.getInt())
+    return none;
+  FailureOr<AttentionParams> p = attentionParams(op);
+  FailureOr<KvCacheParams> cache = cacheParams(store);
+  FailureOr<RopeParams> rope = ropeParams(store);
+  if (failed(p) || failed(cache) || failed(rope))
+    return failure();
+  if (cache->numKvHeads != p->cache.numKvHeads || cache->headDim != p->cache.headDim ||
+      cache->blockSize != p->cache.blockSize || cache->kvDtype != p->cache.kvDtype || rope->numHeads != p->numHeads)
+    return none;
+  p->quantizedOutput = writesQuantizedOutput(op);
+  p->rope = *rope;
+  FailureOr<KernelSpec> spec = fromStatus(op, emitPagedAttentionKernel(*p));
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
+}
+
 FailureOr<KernelSpec> emitKernel(Operation *op) {
   StringRef name = op->getName().getStringRef();
   if (name == "llm.embedding")

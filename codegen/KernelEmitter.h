@@ -93,6 +93,13 @@ mlir::FailureOr<std::optional<KernelSpec>> emitInputQuantKernel(mlir::Operation 
 /// gathers rows.)
 bool writesQuantizedOutput(mlir::Operation *op);
 
+/// The decode kernel of an llm.paged_attention whose q is the result of the llm.rope_kv_store
+/// just before it, used by nothing else (AttentionParams::rope, Step.rope_kernel): the per-row
+/// kernel doing that step's work too, for steps in which every sequence has one row; the runtime
+/// then skips the rope_kv_store launch. Requires the same cache (kv operand = the store's result),
+/// layer, heads and cache attributes, positions = @forward's positions argument; none otherwise.
+mlir::FailureOr<std::optional<KernelSpec>> emitRopeAttentionKernel(mlir::Operation *op);
+
 } // namespace llmc
 
 #endif // LLMC_CODEGEN_KERNELEMITTER_H

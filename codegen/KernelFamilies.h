@@ -14,6 +14,7 @@
 #include "runtime/base/status.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -177,6 +178,17 @@ struct AttentionParams {
   /// The per-row kernel only (head_dim % 32 == 0): as RmsNormParams's, the q8 pointer between
   /// `out` and `work`.
   bool quantizedOutput = false;
+  /// The per-row kernel with the llm.rope_kv_store that writes its q inside (rope: that step's
+  /// rotation; numHeads and headDim equal these): for steps in which every sequence has exactly
+  /// one row (decode), which it runs in one launch instead of two. Params (const float *qkv,
+  /// k_cache, v_cache[, float *k_scales, float *v_scales], const int *positions, const long long
+  /// *kv_slots, const int *query_start, ...as above): qkv and kv_slots those of rope_kv_store,
+  /// the caches written (the row's rotated k and its v at its slot, as rope_kv_store writes them;
+  /// none for slot < 0). The results, output and cache, are those of rope_kv_store then the
+  /// plain kernel, bit for bit: q is rotated and then scaled by the same operations, and the row's
+  /// own position reads its k and v from shared memory as the cache would hold them. Rows past
+  /// query_start[S] store nothing.
+  std::optional<RopeParams> rope;
 };
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
 /// Whether the tiled kernel takes these sizes (head_dim a multiple of 8, at most 128).

@@ -344,6 +344,16 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
         ASSIGN_OR_RETURN(inputQuant, addKernel(**quantize));
       }
     }
+    // The decode attention with the rope_kv_store just before it inside.
+    int ropeKernel = -1;
+    if (kernel >= 0) {
+      FailureOr<std::optional<KernelSpec>> rope = emitRopeAttentionKernel(op);
+      if (failed(rope))
+        return error(op, "kernel emission failed");
+      if (*rope) {
+        ASSIGN_OR_RETURN(ropeKernel, addKernel(**rope));
+      }
+    }
     std::string loc;
     llvm::raw_string_ostream os(loc);
     op->getLoc().print(os);
@@ -351,7 +361,7 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
                                          batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput,
                                          libraryWeight, libraryRows, inputQuant,
-                                         kernel >= 0 && writesQuantizedOutput(op)));
+                                         kernel >= 0 && writesQuantizedOutput(op), ropeKernel));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

@@ -130,9 +130,19 @@ struct PlanMemoryPass : llmc::impl::PlanMemoryBase<PlanMemoryPass> {
         int64_t bytes = std::max<int64_t>(
             llvm::alignTo(width * (bits / 8), kSlotAlign), kSlotAlign);
         int64_t last = at; // unused results die right after their op
-        for (Operation *user : result.getUsers())
-          if (Operation *inBody = body.findAncestorOpInBlock(*user))
-            last = std::max(last, order[inBody]);
+        for (Operation *user : result.getUsers()) {
+          Operation *inBody = body.findAncestorOpInBlock(*user);
+          if (!inBody)
+            continue;
+          last = std::max(last, order[inBody]);
+          // A rope_kv_store's qkv lives as long as its q: the GPU's decode attention may do that
+          // step's work, reading qkv in place of q (plan Step.rope_kernel), so its output must
+          // not take qkv's place.
+          if (isa<RopeKvStoreOp>(inBody) && inBody->getOperand(0) == result)
+            for (Operation *qUser : inBody->getResult(0).getUsers())
+              if (Operation *q = body.findAncestorOpInBlock(*qUser))
+                last = std::max(last, order[q]);
+        }
         int64_t offset = arena.allocate(bytes);
         offsets.push_back(i64(offset));
         dyingAt[last].push_back({offset, bytes});

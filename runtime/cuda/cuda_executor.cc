@@ -27,6 +27,7 @@ struct CudaExecutor::Step {
   Launch dequant;   // kernel -1: the library reads the weight as stored (else dequant_bf16's copy)
   Launch quant_in;  // kernel -1: `main` reads the f32 input (else quantize_q8's int8 rows)
   bool quant_out = false;  // `main` takes a q8 pointer: its output 0 as int8 rows (when not null)
+  Launch rope;  // kernel -1: none; else `main` with the rope_kv_store step before it inside (decode)
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -149,6 +150,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   tiled_attention_ = opt.tiled_attention;
   tensor_core_linear_ = opt.tensor_core_linear;
   fused_quantize_ = opt.fused_quantize;
+  rope_in_attention_ = opt.rope_in_attention;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -293,6 +295,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     if (st.library && st.to_bf16.kernel >= 0) all.push_back(&st.to_bf16);
     if (st.library && st.dequant.kernel >= 0) all.push_back(&st.dequant);
     if (st.quant_in.kernel >= 0) all.push_back(&st.quant_in);
+    if (st.rope.kernel >= 0) all.push_back(&st.rope);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
   for (Launch* l : all) {
@@ -419,6 +422,12 @@ Status CudaExecutor::decode(const Plan& plan) {
     }
     st.quant_out = s.quantized_output();  // (checked: an op whose kernel can)
     if (const fb::Param* layer = find_param(s, "layer")) st.layer = static_cast<int>(layer->i());
+    if (s.rope_kernel() >= 0) {  // (checked: a paged_attention after its rope_kv_store)
+      if (steps_[static_cast<size_t>(i) - 1].layer != st.layer)
+        return invalid_argument(st.where + ": its rope kernel does the work of a rope_kv_store of another layer");
+      RETURN_IF_ERROR(launch(s.rope_kernel(), &st.rope));
+      st.kernels += " (+rope_kv_store at decode)";
+    }
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
       embedding_rows_ = static_cast<int>(table->shape()->Get(0));
@@ -434,6 +443,13 @@ using Step = CudaExecutor::Step;
 // The kernel a step of `rows` rows launches (library calls aside).
 const Step::Launch& kernel_for(const Step& st, int rows) {
   return st.batched.fn && rows >= st.batched_min_rows ? st.batched : st.main;
+}
+
+// Whether attention step `st` launches its rope kernel (the rope_kv_store before it inside) for
+// a forward of `rows` rows (`one_row`: one per sequence; `enabled`: options.rope_in_attention):
+// only in place of its per-row kernel.
+bool does_rope(const Step& st, int rows, bool one_row, bool enabled) {
+  return enabled && one_row && st.rope.kernel >= 0 && &kernel_for(st, rows) == &st.main;
 }
 
 // Whether step `st`, at `rows` rows, runs its GEMV over int8 rows of value `id` (not the library,
@@ -459,11 +475,17 @@ int CudaExecutor::launches_per_step() const {
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
     const bool logits = st.op == fb::OpKind::Logits;
+    if (i + 1 < steps_.size() && does_rope(steps_[i + 1], 1, true, rope_in_attention_)) continue;  // inside it
     launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
     quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
     if (writes_int8_rows(steps_, i, 1, fused_quantize_)) quantized = st.out[0];
   }
   return launches;
+}
+
+int CudaExecutor::rope_in_attention_steps() const {
+  return static_cast<int>(std::count_if(steps_.begin(), steps_.end(),
+                                        [&](const Step& st) { return does_rope(st, 1, true, rope_in_attention_); }));
 }
 
 int CudaExecutor::overlapped_kernels() const {
@@ -524,6 +546,8 @@ Status CudaExecutor::run(const BatchInput& b, float* logits, LogitsSummary* summ
       return fetch_logits(L, logits, summaries);
     }
   }
+  bool one_row = T == S;  // every sequence one row (decode): attention steps may do their rope_kv_store
+  for (int i = 0; i < S && one_row; ++i) one_row = b.query_start[i + 1] - b.query_start[i] == 1;
   RETURN_IF_ERROR(driver_->copy_to_device(tokens_, b.tokens.data(), T * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(positions_, b.positions.data(), T * 4ull));
   RETURN_IF_ERROR(driver_->copy_to_device(slots_, b.kv_slots.data(), T * 8ull));
@@ -533,11 +557,11 @@ Status CudaExecutor::run(const BatchInput& b, float* logits, LogitsSummary* summ
   if (L > 0) RETURN_IF_ERROR(driver_->copy_to_device(logit_rows_, b.logits_indices.data(), L * 4ull));
 
   if (!profiler_) {
-    RETURN_IF_ERROR(launch_steps(T, S, L));
+    RETURN_IF_ERROR(launch_steps(T, S, L, one_row));
     return fetch_logits(L, logits, summaries);
   }
   RETURN_IF_ERROR(driver_->record_event(events_[0]));
-  RETURN_IF_ERROR(launch_steps(T, S, L, /*timed=*/true));
+  RETURN_IF_ERROR(launch_steps(T, S, L, one_row, /*timed=*/true));
   RETURN_IF_ERROR(fetch_logits(L, logits, summaries));  // records the summary kernel's event
   return record_profile(T, S, L, begin_ns);
 }
@@ -627,14 +651,14 @@ Status CudaExecutor::replay_decode(const BatchInput& b, int B) {
   if (!graphs_[k]) {
     // The library picks its algorithm and loads its kernels on a shape's first call: make that
     // call outside the capture (the forward runs once more; its KV writes are the same values).
-    if (library_ && B >= library_min_rows_) RETURN_IF_ERROR(launch_steps(B, B, B));
+    if (library_ && B >= library_min_rows_) RETURN_IF_ERROR(launch_steps(B, B, B, true));
     Status begun = driver_->begin_capture();
     if (!begun.ok()) {  // no graph API: launch step by step from now on
       graphs_enabled_ = false;
       warnings_.push_back("CUDA graphs unavailable (" + std::string(begun.message()) + "): steps launch one by one");
-      RETURN_IF_ERROR(launch_steps(B, B, B));
+      RETURN_IF_ERROR(launch_steps(B, B, B, true));
     } else {
-      Status launched = launch_steps(B, B, B);
+      Status launched = launch_steps(B, B, B, true);
       StatusOr<GraphHandle> graph = driver_->end_capture();  // ends the capture even after an error
       RETURN_IF_ERROR(launched.with_context("capturing the decode graph of batch " + std::to_string(B)));
       if (!graph.ok()) return graph.status().with_context("capturing the decode graph of batch " + std::to_string(B));
@@ -682,7 +706,7 @@ Status CudaExecutor::library_gemm(const Step& st, int rows, int* converted) {
       .with_context(library_name_);
 }
 
-Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
+Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed) {
   std::vector<uint64_t>& args = args_;
   int converted = -1;  // the value whose bf16 copy library_input_ holds (-1: none)
   int quantized = -1;  // the value whose int8 rows quant_input_ holds (-1: none)
@@ -712,6 +736,11 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
     int rows = T;
     const int reads_quantized = quantized;
     quantized = -1;
+    // A rope_kv_store whose attention step does its work (that step's rope kernel): no launch.
+    if (st.op == fb::OpKind::RopeKvStore && index + 1 < steps_.size() &&
+        does_rope(steps_[index + 1], T, one_row, rope_in_attention_))
+      continue;
+    const bool rope = st.op == fb::OpKind::PagedAttention && does_rope(st, T, one_row, rope_in_attention_);
     args.clear();
     auto ptr = [&](DevicePtr v) { args.push_back(v); };
     // cuLaunchKernel reads each parameter's size from the kernel: an int is the first 4 bytes of
@@ -781,16 +810,19 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool timed) {
         scales();
         break;
       case fb::OpKind::PagedAttention:
-        ptr(value_ptr(st.in[0])), ptr(kc), ptr(vc);
+        // With its rope kernel: the rope_kv_store's qkv in place of q, the slots after positions.
+        ptr(value_ptr(rope ? steps_[index - 1].in[0] : st.in[0])), ptr(kc), ptr(vc);
         scales();
-        ptr(positions_), ptr(query_start_), ptr(tables_);
+        ptr(positions_);
+        if (rope) ptr(slots_);
+        ptr(query_start_), ptr(tables_);
         num(table_stride_), num(S), ptr(value_ptr(st.out[0]));
         q8_out();
         break;
       default:
         return internal_error(st.where + ": no launch for this op");
     }
-    const Launch& l = kernel_for(st, rows);
+    const Launch& l = rope ? st.rope : kernel_for(st, rows);
     if (l.work) ptr(work_);  // the kernel's workspace (codegen/KernelSpec.h), before T
     num(rows);
     const int64_t grid = grid_size(l.rule, rows, max_grid_, S);  // (S: the tiled attention's sequence tiles)

@@ -69,6 +69,10 @@ struct CudaExecutorOptions {
   bool fused_quantize = true;        // a step the plan marks quantized_output writes the int8 rows
                                      // of its output for the int8-activation GEMV after it (no
                                      // quantize_q8 launch); false: that GEMV quantizes, to compare
+  bool rope_in_attention = true;     // steps in which every sequence has one row (decode) launch a
+                                     // paged_attention step's rope_kernel (plan Step.rope_kernel)
+                                     // in place of the rope_kv_store before it and its own kernel;
+                                     // false: both, to compare
   /// Loads the GEMM library over the driver (tests: an emulation); empty: load_cublaslt.
   std::function<StatusOr<std::unique_ptr<GemmLibrary>>(Driver*)> load_gemm_library;
 };
@@ -117,8 +121,13 @@ class CudaExecutor : public Executor {
   const std::vector<std::string>& warnings() const { return warnings_; }
   /// Kernels per decode forward(): one per step, two for a GEMV step over int8 activations (its
   /// input's quantize_q8 kernel; fewer when consecutive steps read one input; a GEMM library
-  /// step of a bigger forward may add its to_bf16 conversion and the library's own kernels).
+  /// step of a bigger forward may add its to_bf16 conversion and the library's own kernels;
+  /// one fewer per attention step that does its rope_kv_store's work, rope_in_attention_steps()).
   int launches_per_step() const;
+  /// Attention steps whose decode launches do the rope_kv_store before them too (plan
+  /// Step.rope_kernel, CudaExecutorOptions::rope_in_attention): a forward with a sequence of
+  /// several rows launches this many kernels more than launches_per_step().
+  int rope_in_attention_steps() const;
   /// The GEMM library the steps call ("" when none loaded or none is asked for), and how many
   /// steps call it.
   const std::string& gemm_library_name() const { return library_name_; }
@@ -148,7 +157,8 @@ class CudaExecutor : public Executor {
   DevicePtr value_ptr(int id) const;
   /// Launches every step for T rows, S sequences and L logits rows (the buffers hold the batch);
   /// with `timed`, records events_[i + 1] after step i.
-  Status launch_steps(int T, int S, int L, bool timed = false);
+  /// `one_row`: every sequence has exactly one row (decode: a step's rope_kernel may run).
+  Status launch_steps(int T, int S, int L, bool one_row, bool timed = false);
   /// The profiled forward's device times into profiler_ (events_ recorded).
   Status record_profile(int T, int S, int L, int64_t begin_ns);
   /// One step; its L logits rows come back whole (logits) or summarized (summaries).
@@ -198,6 +208,7 @@ class CudaExecutor : public Executor {
   bool graphs_enabled_ = false;
   bool programmatic_launch_ = false;
   bool fused_quantize_ = true;
+  bool rope_in_attention_ = true;
   bool tiled_attention_ = true;
   bool tensor_core_linear_ = true;
   std::vector<int> graph_sizes_;

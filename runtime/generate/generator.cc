@@ -22,6 +22,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const G
   eo.cuda.programmatic_launch = options.programmatic_launch;
   eo.cuda.tensor_core_linear = options.tensor_core_linear;
   eo.cuda.fused_quantize = options.fused_quantize;
+  eo.cuda.rope_in_attention = options.rope_in_attention;
   eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
   eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;
   eo.cuda.num_kv_blocks = options.executor.num_kv_blocks;

@@ -119,6 +119,8 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
                                 (kernel->family() ? kernel->family()->str() : std::string()) + "'");
     }
     int index = 0;
+    const fb::Step* prev_step = nullptr;
+    std::vector<int> rope_q;  // the q values of steps with a rope_kernel: read by them only
     for (const fb::Step* step : *prog->steps()) {
       const std::string where = "program '" + pname + "' step " + std::to_string(index++);
       if (step->inputs())
@@ -182,6 +184,42 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
                                   step->op() != fb::OpKind::PagedAttention)))
         return invalid_argument(where + ": quantized_output on a step that is not an rms_norm, add_rms_norm, "
                                         "silu_mul, permute_columns or paged_attention with a kernel");
+      if (const int k = step->rope_kernel(); k != -1) {
+        // The decode attention with the rope_kv_store before it inside: that step's q output is
+        // this step's q, its positions the program's.
+        const auto* in = step->inputs();
+        const auto* store_in = prev_step ? prev_step->inputs() : nullptr;
+        const auto* store_out = prev_step ? prev_step->outputs() : nullptr;
+        if (step->op() != fb::OpKind::PagedAttention || step->kernel() < 0 || k < 0 || k >= num_kernels || !prev_step ||
+            prev_step->op() != fb::OpKind::RopeKvStore || !in || in->size() == 0 || !store_in || store_in->size() < 2 ||
+            !store_out || store_out->size() == 0 || store_out->Get(0) != in->Get(0) ||
+            store_in->Get(1) != prog->position_input())
+          return invalid_argument(where + ": rope kernel index out of range, or not on a paged_attention step with a "
+                                          "kernel whose q is the output of the rope_kv_store step just before it "
+                                          "(over the program's positions)");
+        const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+        if (!kernel->family() || kernel->family()->str() != "paged_attention")
+          return invalid_argument(where + ": its rope kernel is of family '" +
+                                  (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+        // That kernel reads qkv while it writes its outputs: their arena rows must not overlap.
+        const int qkv = store_in->Get(0);
+        if (!value_ok(qkv)) return invalid_argument(where + ": its rope_kv_store's qkv value id is out of range");
+        auto bytes = [&](int id) {
+          const fb::Value* v = prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id));
+          return std::pair<uint64_t, uint64_t>{v->offset_per_row(),
+                                               v->offset_per_row() + static_cast<uint64_t>(v->width()) * dtype_bytes(v->dtype())};
+        };
+        if (const auto* outs = step->outputs())
+          for (int id : *outs) {
+            const auto [a0, a1] = bytes(qkv);
+            const auto [b0, b1] = bytes(id);
+            if (a0 < b1 && b0 < a1)
+              return invalid_argument(where + ": its rope kernel reads the rope_kv_store's qkv (value " +
+                                      std::to_string(qkv) + ") where it writes value " + std::to_string(id) +
+                                      " (their arena rows overlap)");
+          }
+        rope_q.push_back(in->Get(0));
+      }
       if (step->library_min_rows() < 0 || (step->library_min_rows() > 0 && step->gemm_library() == fb::GemmLibrary::None))
         return invalid_argument(where + ": library_min_rows " + std::to_string(step->library_min_rows()) +
                                 " is negative or without a library");
@@ -193,6 +231,17 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
           prev = p->key();
         }
       }
+      prev_step = step;
+    }
+    // A rope kernel skips the rope_kv_store step's q output: nothing else may read it.
+    for (const int q : rope_q) {
+      int readers = 0;
+      for (const fb::Step* step : *prog->steps())
+        if (step->inputs()) readers += static_cast<int>(std::count(step->inputs()->begin(), step->inputs()->end(), q));
+      if (readers != 1 || q == prog->output())
+        return invalid_argument("program '" + pname + "': value " + std::to_string(q) +
+                                ", the q of a step with a rope kernel, is read by " + std::to_string(readers) +
+                                " steps (that kernel never writes it: only that step may)");
     }
   }
   return ok_status();

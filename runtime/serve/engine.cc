@@ -262,6 +262,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   xo.cuda.programmatic_launch = options.programmatic_launch;
   xo.cuda.tensor_core_linear = options.tensor_core_linear;
   xo.cuda.fused_quantize = options.fused_quantize;
+  xo.cuda.rope_in_attention = options.rope_in_attention;
   xo.cuda.memory_utilization = options.memory_utilization > 0 ? options.memory_utilization : 0.9;
   // On a GPU the KV pool is what the device's budget leaves, unless a size was given.
   xo.cuda.num_kv_blocks = options.kv_cache_bytes ? static_cast<int>(num_blocks) : 0;

@@ -317,11 +317,17 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
                                       model=gptq_model)
     assert gptq_f32["steps_with_int8_activation_gemv"] == gptq_f32["steps_writing_int8_activations"] == 0, gptq_f32
     assert not re.search(rb"llm_quantize_q8_|_q8a_|_q8_[0-9a-f]{12}", gptq_f32_blob)
+    # Every layer's decode attention can do the rope_kv_store before it (plan Step.rope_kernel):
+    # one more paged_attention kernel with it inside (one for all layers: the same shapes).
+    for prog, blob in ((default, default_blob), (gptq, gptq_blob), (sym, sym_blob)):
+        assert prog["steps_with_rope_kernel"] == prog["ops"]["PagedAttention"] == prog["ops"]["RopeKvStore"] > 0, prog
+        rope = rb"llm_paged_attention_h\d+_kv\d+_d\d+_b\d+(?:_w\d+)?(?:_i8)?_rope(?:_q8)?_[0-9a-f]{12}(?!\w)"
+        assert len(set(re.findall(rope, blob))) == 1
 
     # Without GPU targets nothing goes to the library (there is no GPU path at all).
     ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])
-    assert json.loads(ok([llmc, "inspect", tmp_path / "none.fb", "--json"]).stdout)["program"][
-        "steps_with_gemm_library"] == 0
+    none = json.loads(ok([llmc, "inspect", tmp_path / "none.fb", "--json"]).stdout)["program"]
+    assert none["steps_with_gemm_library"] == none["steps_with_rope_kernel"] == 0, none
 
 
 def test_dense_gemm_bad_value_is_a_clean_error(llmc, tmp_path):

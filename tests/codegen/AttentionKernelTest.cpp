@@ -504,6 +504,189 @@ TEST(AttentionKernel, RopeKvStoreEqualsRopeThenKvStore) {
     }
 }
 
+/// The decode kernel with rope_kv_store inside (AttentionParams::rope) against rope_kv_store
+/// then the plain per-row kernel: every sequence has one row (decode), whose own k and v the
+/// fused kernel takes from qkv rather than the cache. The real rows' outputs equal bit for bit
+/// and the caches (and int8 scales) byte for byte, at the rule's grid and at 3 blocks. Rows: a
+/// long context split into 3 chunks (the row's position in the last), short ones, a padding
+/// sequence (slot -1, as a replayed decode graph pads: its output is unspecified and nothing is
+/// stored) and a padding row past query_start[S].
+void checkRopeAttention(const std::string &style, const std::string &kv, int H, int Hkv, int hd, int window = 0,
+                        bool q8 = false, std::vector<int> contexts = {600, 7, 130, 1}) {
+  SCOPED_TRACE(style + "/" + kv + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" +
+               std::to_string(hd) + " window=" + std::to_string(window) + (q8 ? " q8" : ""));
+  const int bs = 16;
+  const bool i8 = kv == "int8";
+  llmc::RopeParams rope;
+  rope.numHeads = H;
+  rope.headDim = hd;
+  rope.theta = 500000.0;
+  rope.style = style;
+  rope.ropeType = "llama3";
+  rope.factor = 8.0;
+  rope.lowFreqFactor = 1.0;
+  rope.highFreqFactor = 4.0;
+  rope.originalMaxPosition = 64;
+  llmc::AttentionParams p;
+  p.cache = {Hkv, hd, bs, kv};
+  p.numHeads = H;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.slidingWindow = window;
+  p.quantizedOutput = q8;
+  auto plain = llmc::emitPagedAttentionKernel(p);
+  p.rope = rope;
+  auto fused = llmc::emitPagedAttentionKernel(p);
+  auto store = llmc::emitRopeKvStoreKernel({rope, p.cache});
+  ASSERT_TRUE(plain.ok() && fused.ok() && store.ok()) << fused.status().to_string();
+  EXPECT_EQ(fused->family, "paged_attention");
+  EXPECT_NE(fused->entry.find("_rope"), std::string::npos) << fused->entry;
+  EXPECT_EQ(fused->gridRule, plain->gridRule);
+  EXPECT_EQ(fused->workspaceBytes, plain->workspaceBytes);
+  const std::string elem = i8 ? "signed char" : "float";
+  const std::string scaleParams = i8 ? ", float *ks, float *vs" : "", scaleArgs = i8 ? ", ks, vs" : "";
+  HostKernel kStore(*store,
+                    "const float *qkv, const int *pos, const long long *slots, float *q, " + elem + " *kc, " + elem +
+                        " *vc" + scaleParams + ", int T",
+                    "qkv, pos, slots, q, kc, vc" + scaleArgs + ", T");
+  // Both attention kernels take their pointers from an array (a[0] q or qkv; the slots only
+  // for the fused one).
+  auto attentionArgs = [&](bool withSlots) {
+    std::vector<std::string> types = {"const float", elem, elem};
+    if (i8)
+      types.insert(types.end(), {"float", "float"});
+    types.push_back("const int");
+    if (withSlots)
+      types.push_back("const long long");
+    types.insert(types.end(), {"const int", "const int"});
+    std::string args;
+    for (size_t i = 0; i < types.size(); ++i)
+      args += "(" + types[i] + " *)a[" + std::to_string(i) + "], ";
+    const size_t n = types.size();
+    return args + "mb, S, (float *)a[" + std::to_string(n) + "], " +
+           (q8 ? "(unsigned char *)a[" + std::to_string(n + 1) + "], " : std::string()) + "(unsigned char *)a[" +
+           std::to_string(n + (q8 ? 2 : 1)) + "], T";
+  };
+  HostKernel kPlain(*plain, "void *const *a, int mb, int S, int T", attentionArgs(false));
+  HostKernel kFused(*fused, "void *const *a, int mb, int S, int T", attentionArgs(true));
+  ASSERT_TRUE(kStore.ok() && kPlain.ok() && kFused.ok()) << kStore.error() << kPlain.error() << kFused.error();
+
+  // Sequences of one row each (the last a padding sequence at position 0), then a padding row.
+  const Batch b = makeBatch(H, Hkv, hd, bs, contexts, std::vector<int>(contexts.size(), 1));
+  const int T = b.T, S = b.S, width = (H + 2 * Hkv) * hd;
+  std::vector<long long> slots;
+  for (int t = 0; t < T; ++t) {
+    const int s = std::min(t, S - 1), pos = b.positions[t];
+    const bool real = t < S - 1;
+    slots.push_back(real ? (long long)b.blockTables[size_t(s) * b.maxBlocks + pos / bs] * bs + pos % bs : -1);
+  }
+  const std::vector<float> qkv = randomVector(size_t(T) * width, 81);
+  // The caches before the step: random values, or random codes and scales.
+  const size_t cacheRows = size_t(b.blocks) * Hkv * bs;
+  const size_t bytes = cacheRows * hd * (i8 ? 1 : 4);
+  std::vector<unsigned char> kc0(bytes), vc0(bytes);
+  std::vector<float> ks0, vs0;
+  if (i8) {
+    const std::vector<float> rk = randomVector(bytes, 82, -127.0f, 127.0f), rv = randomVector(bytes, 83, -127.0f, 127.0f);
+    for (size_t i = 0; i < bytes; ++i) {
+      kc0[i] = static_cast<unsigned char>(static_cast<signed char>(std::lrint(rk[i])));
+      vc0[i] = static_cast<unsigned char>(static_cast<signed char>(std::lrint(rv[i])));
+    }
+    ks0 = randomVector(cacheRows, 84, 0.001f, 0.02f);
+    vs0 = randomVector(cacheRows, 85, 0.001f, 0.02f);
+  } else {
+    std::memcpy(kc0.data(), b.kc.data(), bytes);
+    std::memcpy(vc0.data(), b.vc.data(), bytes);
+  }
+  const size_t rb = q8 ? size_t(llmc::q8RowBytes(H * hd)) : 0;
+  struct Result {
+    std::vector<unsigned char> kc, vc, q8;
+    std::vector<float> ks, vs, out;
+  };
+  auto fresh = [&] {
+    return Result{kc0, vc0, std::vector<unsigned char>(size_t(T) * rb, 0xEE), ks0, vs0,
+                  std::vector<float>(size_t(T) * H * hd, NAN)};
+  };
+  std::vector<unsigned char> work(fused->workspaceBytes, 0);
+  // rope_kv_store, then the plain kernel.
+  Result want = fresh();
+  std::vector<float> q(size_t(T) * H * hd, NAN);
+  if (i8) {
+    using Store = void (*)(const float *, const int *, const long long *, float *, void *, void *, float *, float *,
+                           int, unsigned);
+    kStore.get<Store>()(qkv.data(), b.positions.data(), slots.data(), q.data(), want.kc.data(), want.vc.data(),
+                        want.ks.data(), want.vs.data(), T, 3);
+  } else {
+    using Store = void (*)(const float *, const int *, const long long *, float *, void *, void *, int, unsigned);
+    kStore.get<Store>()(qkv.data(), b.positions.data(), slots.data(), q.data(), want.kc.data(), want.vc.data(), T, 3);
+  }
+  auto attend = [&](const HostKernel &k, bool withSlots, const float *in, Result &r, unsigned grid) {
+    std::vector<void *> a = {const_cast<float *>(in), r.kc.data(), r.vc.data()};
+    if (i8)
+      a.insert(a.end(), {r.ks.data(), r.vs.data()});
+    a.push_back(const_cast<int *>(b.positions.data()));
+    if (withSlots)
+      a.push_back(slots.data());
+    a.insert(a.end(), {const_cast<int *>(b.queryStart.data()), const_cast<int *>(b.blockTables.data()), r.out.data()});
+    if (q8)
+      a.push_back(r.q8.data());
+    a.push_back(work.data());
+    using Fn = void (*)(void *const *, int, int, int, unsigned);
+    k.get<Fn>()(a.data(), b.maxBlocks, S, T, grid);
+  };
+  attend(kPlain, false, q.data(), want, gridFor(*plain, T));
+  // The fused kernel on the caches before the step, at the rule's grid and at 3 blocks.
+  for (unsigned grid : {unsigned(gridFor(*fused, T)), 3u}) {
+    SCOPED_TRACE("grid " + std::to_string(grid));
+    Result got = fresh();
+    attend(kFused, true, qkv.data(), got, grid);
+    EXPECT_EQ(got.kc, want.kc);
+    EXPECT_EQ(got.vc, want.vc);
+    EXPECT_TRUE(bitEqual(got.ks, want.ks));
+    EXPECT_TRUE(bitEqual(got.vs, want.vs));
+    // The store happened: sequence 0's slot differs from the cache before the step.
+    EXPECT_NE(got.kc, kc0);
+    for (int t = 0; t < S - 1; ++t) { // real rows (the padding sequence's output is unspecified)
+      SCOPED_TRACE("row " + std::to_string(t));
+      EXPECT_EQ(std::memcmp(&got.out[size_t(t) * H * hd], &want.out[size_t(t) * H * hd], size_t(H) * hd * 4), 0);
+      if (q8)
+        EXPECT_EQ(std::memcmp(&got.q8[t * rb], &want.q8[t * rb], rb), 0);
+    }
+    int sub = std::min(H / Hkv, 8); // query heads per item, as in checkAttention
+    while ((H / Hkv) % sub)
+      --sub;
+    for (size_t i = 0; i < size_t(32) * (H / sub) * 4; ++i) // the counters (kSplitRows x items)
+      ASSERT_EQ(work[i], 0) << "counter byte " << i << " left set";
+  }
+  // Against the double reference over the cache after the step (the new rows included).
+  Batch after = b;
+  if (!i8) {
+    std::memcpy(after.kc.data(), want.kc.data(), bytes);
+    std::memcpy(after.vc.data(), want.vc.data(), bytes);
+    after.q = q;
+    const std::vector<double> ref = attentionRef(after, p.scale, window);
+    const size_t real = size_t(S - 1) * H * hd;
+    expectNear(std::vector<float>(want.out.begin(), want.out.begin() + real),
+               std::vector<double>(ref.begin(), ref.begin() + real), 2e-5, "attention after rope_kv_store");
+  }
+}
+
+TEST(AttentionKernel, DecodeKernelDoesRopeKvStoreInside) {
+  // GQA 4 (one item per kv head, every item stores), f32 and int8 caches, both styles.
+  checkRopeAttention("neox", "f32", 8, 2, 32);
+  checkRopeAttention("interleaved", "int8", 8, 2, 32);
+  // Groups of 12 in items of 6 (the kv head's first item stores; the other reads its own copy).
+  checkRopeAttention("neox", "int8", 12, 1, 16);
+  // A sliding window; head_dim 160 (above the block: two dims per thread, 80 pairs).
+  checkRopeAttention("neox", "f32", 4, 2, 24, 5);
+  checkRopeAttention("interleaved", "int8", 2, 1, 160);
+  // With the int8 rows of the output for o_proj.
+  checkRopeAttention("neox", "f32", 4, 2, 32, 0, true);
+  checkRopeAttention("neox", "int8", 4, 1, 64, 0, true);
+  // 33 sequences (more than kSplitRows rows: no split) at their first positions (34 blocks, which
+  // makeBatch's scrambling by 7 keeps distinct).
+  checkRopeAttention("neox", "f32", 1, 1, 32, 0, false, std::vector<int>(33, 1));
+}
+
 TEST(AttentionKernel, EmissionErrors) {
   llmc::AttentionParams p;
   p.cache = {2, 64, 16, "f32"};
@@ -548,6 +731,23 @@ TEST(AttentionKernel, EmissionErrors) {
   EXPECT_EQ(f16.status().code(), llmrt::StatusCode::kUnimplemented);
   rope.style = "sideways";
   EXPECT_FALSE(llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f32"}}).ok());
+  // The decode kernel with rope_kv_store inside: the rotation's heads and head_dim are the
+  // attention's; never the tiled kernel.
+  llmc::AttentionParams withRope;
+  withRope.cache = {2, 64, 16, "f32"};
+  withRope.numHeads = 4;
+  withRope.scale = 0.125f;
+  rope.style = "neox";
+  withRope.rope = rope;
+  EXPECT_TRUE(llmc::emitPagedAttentionKernel(withRope).ok());
+  withRope.rope->numHeads = 2;
+  EXPECT_FALSE(llmc::emitPagedAttentionKernel(withRope).ok());
+  withRope.rope->numHeads = 4;
+  withRope.rope->headDim = 32;
+  EXPECT_FALSE(llmc::emitPagedAttentionKernel(withRope).ok());
+  withRope.rope->headDim = 64;
+  withRope.tensorCores = true;
+  EXPECT_FALSE(llmc::emitPagedAttentionKernel(withRope).ok());
 }
 
 // --- add, split, permute_columns ---------------------------------------------

@@ -254,6 +254,9 @@ public:
   /// Launches of quantize_q8 kernels and of the GEMVs that read their int8 rows.
   int quantizeLaunches() const { return quantizeLaunches_; }
   int int8GemvLaunches() const { return int8GemvLaunches_; }
+  /// Launches of rope_kv_store kernels, and of attention kernels with it inside (Step.rope_kernel).
+  int ropeKvStoreLaunches() const { return ropeKvStoreLaunches_; }
+  int ropeAttentionLaunches() const { return ropeAttentionLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -281,6 +284,8 @@ private:
     dequantLaunches_ += m.entry.rfind("llm_dequant_bf16_", 0) == 0;
     quantizeLaunches_ += m.entry.rfind("llm_quantize_q8_", 0) == 0;
     int8GemvLaunches_ += m.entry.find("_q8a_") != std::string::npos;
+    ropeKvStoreLaunches_ += m.entry.rfind("llm_rope_kv_store_", 0) == 0;
+    ropeAttentionLaunches_ += m.entry.rfind("llm_paged_attention_", 0) == 0 && m.entry.find("_rope") != std::string::npos;
   }
 
   llmrt::Status notCapturing(const char *call) const {
@@ -379,6 +384,7 @@ private:
   int toBf16Launches_ = 0;
   int dequantLaunches_ = 0;
   int quantizeLaunches_ = 0, int8GemvLaunches_ = 0;
+  int ropeKvStoreLaunches_ = 0, ropeAttentionLaunches_ = 0;
   bool events_ = true;
   int ccMajor_ = 9, ccMinor_ = 0, version_ = 13000;
   bool programmatic_ = true, afterLaunch_ = false, loadingGridDependency_ = false;
@@ -571,7 +577,9 @@ void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores
   for (const Step &st : {makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1),    // prefill
                          makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)})      // decode
     ex->compare(st, tol);
-  EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step());
+  // The decode step launches each layer's rope_kv_store inside its attention kernel.
+  EXPECT_EQ(gpu->rope_in_attention_steps(), gpu->num_layers());
+  EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step() + gpu->rope_in_attention_steps());
   EXPECT_EQ(driver.int8GemvLaunches() > 0, int8Gemv) << driver.int8GemvLaunches();
   // (their inputs quantized by a quantize_q8 kernel or by the step writing them)
   EXPECT_LE(driver.quantizeLaunches(), driver.int8GemvLaunches());
@@ -721,8 +729,8 @@ TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
       }
       quantizes[fused] = driver.quantizeLaunches();
       int8Gemvs[fused] = driver.int8GemvLaunches();
-      if (c.tensorCoreLinear) // (launches_per_step counts a decode step's)
-        EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step());
+      if (c.tensorCoreLinear) // (launches_per_step counts a decode step's; a prefill's has the rope_kv_stores)
+        EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step() + 2 * ex->gpu->rope_in_attention_steps());
     }
     // Two forwards of each step (forward, then compare).
     EXPECT_EQ(quantizes[true], 2 * layers * (c.prefillQuant + c.decodeQuant) + 4 * logitsQuant);
@@ -806,7 +814,7 @@ TEST(CudaExecutor, ProfilesEveryKernelWithEvents) {
   const int V = ex->V, bs = ex->bs, mb = 4;
   llmrt::Profiler profiler;
   gpu->set_profiler(&profiler);
-  const int steps = gpu->launches_per_step();
+  const int steps = static_cast<int>((*plan)->program("forward")->steps()->size());
   ASSERT_EQ(profiler.num_steps(), size_t(steps) + 1); // + the logits summary
   Step prefill = makeStep({40, 5}, {40, 5}, bs, mb, V, 1); // 45 rows: tensor-core kernels
   ex->compare(prefill, 3e-3);                                // whole logits rows
@@ -939,23 +947,28 @@ TEST(CudaExecutor, KernelsAfterKernelsLaunchOverlappedOnSm90) {
     auto &gpu = ex->gpu;
     const bool on = mode == kOn || mode == kProfiled;
     EXPECT_EQ(gpu->programmatic_launch(), on);
-    EXPECT_EQ(gpu->overlapped_kernels(), on ? gpu->launches_per_step() : 0);
+    const int steps = static_cast<int>(pl.program("forward")->steps()->size());
+    EXPECT_EQ(gpu->overlapped_kernels(), on ? steps : 0);
+    // A prefill launches every step's kernel, a decode step one fewer per layer (its
+    // rope_kv_store inside the attention kernel, also overlapped).
+    const int prefill = gpu->launches_per_step() + gpu->rope_in_attention_steps();
+    ASSERT_EQ(prefill, steps);
     llmrt::Profiler profiler;
     if (mode == kProfiled)
       gpu->set_profiler(&profiler);
     const int V = ex->V, bs = ex->bs, mb = 4;
     ex->compare(makeStep({bs + 2, 5}, {bs + 2, 5}, bs, mb, V, 1), 1e-4); // prefill
     if (!on) { // (emulation is slow: the modes that launch plainly run one step)
-      EXPECT_EQ(driver.launches(), gpu->launches_per_step());
+      EXPECT_EQ(driver.launches(), prefill);
       EXPECT_EQ(driver.overlappedLaunches(), 0);
       continue;
     }
     ex->compare(makeStep({bs + 3, 6}, {1, 1}, bs, mb, V, 2), 1e-4); // decode (a graph unless profiled)
     ex->compare(makeStep({bs + 4, 7}, {1, 1}, bs, mb, V, 3), 1e-4); // its replay
-    EXPECT_EQ(driver.launches(), 3 * gpu->launches_per_step());
+    EXPECT_EQ(driver.launches(), prefill + 2 * gpu->launches_per_step());
     // All but the first kernel of the prefill and of the captured decode (the replay reruns the
     // capture's launches without launching anew); profiled steps launch plainly, to time each kernel.
-    const int overlapped = 2 * (gpu->launches_per_step() - 1);
+    const int overlapped = prefill - 1 + gpu->launches_per_step() - 1;
     EXPECT_EQ(driver.overlappedLaunches(), mode == kOn ? overlapped : 0);
   }
 }
@@ -984,7 +997,8 @@ TEST(CudaExecutor, SummarizesLogitsOnTheDeviceAndReadsRowsOnDemand) {
   };
   // A prefill step launched kernel by kernel, then a decode step replayed as a graph (the
   // summary kernel runs after the graph): every step once, plus one summary launch.
-  check(makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1), gpu->launches_per_step() + 1);
+  check(makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1),
+        gpu->launches_per_step() + gpu->rope_in_attention_steps() + 1);
   check(makeStep({bs + 3, 6, 10}, {1, 1, 1}, bs, mb, V, 2), gpu->launches_per_step() + 1);
   EXPECT_EQ(driver.graphLaunches(), 1);
 }
@@ -1079,6 +1093,57 @@ TEST(CudaExecutor, Int8KvCacheMatchesTheCpuExecutor) {
   const std::string plan = compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
                                        "--target sm_90 --no-tensor-cores --kv-cache-dtype int8");
   runBothAndCompare(plan, 1e-4);
+}
+
+TEST(CudaExecutor, DecodeAttentionDoesTheRopeKvStoreOfItsLayer) {
+  // Plan Step.rope_kernel: a step in which every sequence has one row (decode, replayed as a
+  // graph or launched step by step) runs each layer's rope_kv_store inside its attention kernel;
+  // a prefill, or a step with a sequence of several rows, launches both. The logits of a prefill
+  // and 3 decode steps, then a mixed step, are those of the same executor told not to
+  // (--no-rope-in-attention), bit for bit, and close to the CPU's; f32 and int8 caches (decode
+  // step by step, without graphs: f32 only, emulation being slow).
+  for (const char *kv : {"f32", "int8"}) {
+    SCOPED_TRACE(kv);
+    TempDir dir;
+    auto plan = llmrt::Plan::open(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                                              std::string("--target sm_90 --no-tensor-cores --kv-cache-dtype ") + kv));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    std::vector<std::vector<float>> logits(2);
+    for (const bool graphs : {true, false})
+      for (const bool rope : {true, false}) {
+        if (!graphs && (!rope || std::string(kv) == "int8"))
+          continue;
+        SCOPED_TRACE(std::string(graphs ? "graphs" : "no graphs") + (rope ? "" : ", --no-rope-in-attention"));
+        EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+        auto ex = makeExecutors(**plan, driver, 32, 4, 16, graphs, true,
+                                [&](cuda::CudaExecutorOptions &o) { o.rope_in_attention = rope; });
+        ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+        const int layers = ex->gpu->num_layers();
+        EXPECT_EQ(ex->gpu->rope_in_attention_steps(), rope ? layers : 0);
+        const int V = ex->V, bs = ex->bs, mb = 4;
+        std::vector<float> all;
+        auto step = [&](const Step &st, int ropeKvStores, int ropeAttentions) {
+          const int stores = driver.ropeKvStoreLaunches(), fused = driver.ropeAttentionLaunches();
+          std::vector<float> lg(st.idx.size() * V, NAN);
+          ASSERT_TRUE(ex->gpu->forward(st.input(), lg.data()).ok());
+          all.insert(all.end(), lg.begin(), lg.end());
+          EXPECT_EQ(driver.ropeKvStoreLaunches() - stores, ropeKvStores);
+          EXPECT_EQ(driver.ropeAttentionLaunches() - fused, ropeAttentions);
+          std::vector<float> lc(lg.size(), NAN);
+          ASSERT_TRUE(ex->cpu->forward(st.input(), lc.data()).ok());
+          expectLogitsClose(lg, lc, 1e-4);
+        };
+        step(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1), layers, 0); // prefill
+        for (int i = 0; i < 3; ++i) // decode: captured, then replayed (a replay counts its launches)
+          step(makeStep({bs + 4 + i, 6 + i}, {1, 1}, bs, mb, V, 2 + i), rope ? 0 : layers, rope ? layers : 0);
+        step(makeStep({bs + 7, 11}, {1, 3}, bs, mb, V, 6), layers, 0); // a decode row and a chunk of 3
+        if (!graphs)
+          continue;
+        logits[rope] = all;
+      }
+    ASSERT_EQ(logits[true].size(), logits[false].size());
+    EXPECT_EQ(std::memcmp(logits[true].data(), logits[false].data(), logits[true].size() * sizeof(float)), 0);
+  }
 }
 
 TEST(CudaExecutor, RefusesPlansItCannotRun) {

@@ -124,6 +124,17 @@ std::vector<KernelSpec> allFamilies() {
   attn.tensorCores = false; // Llama-3's decode attention writing o_proj's int8 rows
   attn.quantizedOutput = true;
   add(llmc::emitPagedAttentionKernel(attn));
+  // The decode attention with the rope_kv_store before it inside (Step.rope_kernel): Llama-3's,
+  // both caches, with and without o_proj's int8 rows, and with a window.
+  attn.rope = llama3;
+  add(llmc::emitPagedAttentionKernel(attn));
+  attn.cache.kvDtype = "int8";
+  add(llmc::emitPagedAttentionKernel(attn));
+  attn.quantizedOutput = false;
+  add(llmc::emitPagedAttentionKernel(attn));
+  attn.cache.kvDtype = "f32";
+  attn.slidingWindow = 4096;
+  add(llmc::emitPagedAttentionKernel(attn));
   return specs;
 }
 

@@ -196,17 +196,18 @@ TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
   }
 }
 
-// A plan of one program "forward" with one I32 value (id 0) and the one step `make_step` builds
-// (its inputs and outputs: that value), over kernels of the given families, in plan bytes.
-StatusOr<std::unique_ptr<Plan>> one_step_plan(
-    std::initializer_list<const char*> families,
-    const std::function<flatbuffers::Offset<fb::Step>(flatbuffers::FlatBufferBuilder&, const std::vector<int>*)>&
-        make_step) {
+using StepsMaker = std::function<std::vector<flatbuffers::Offset<fb::Step>>(flatbuffers::FlatBufferBuilder&)>;
+
+// A plan of one program "forward" with the steps `make_steps` builds over values 0 (I32, the
+// tokens and positions input) and 1-4 (f32), over kernels of the given families, in plan bytes.
+StatusOr<std::unique_ptr<Plan>> steps_plan(std::initializer_list<const char*> families, const StepsMaker& make_steps) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<fb::Value>> values = {
       fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
-  const std::vector<int> io = {0};
-  std::vector<flatbuffers::Offset<fb::Step>> steps = {make_step(fbb, &io)};
+  for (int i = 1; i <= 4; ++i)
+    values.push_back(fb::CreateValueDirect(fbb, i, ("v" + std::to_string(i)).c_str(), fb::RowKind::Tokens, 4,
+                                           fb::DType::F32, 16 * i));
+  std::vector<flatbuffers::Offset<fb::Step>> steps = make_steps(fbb);
   std::vector<flatbuffers::Offset<fb::Program>> programs = {
       fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0)};
   auto progs = fbb.CreateVector(programs);
@@ -225,6 +226,17 @@ StatusOr<std::unique_ptr<Plan>> one_step_plan(
   fb::FinishPlanBuffer(fbb, pb.Finish());
   auto bytes = plan_bytes_with(std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
   return Plan::from_bytes(bytes.data(), bytes.size());
+}
+
+// A steps_plan of the one step `make_step` builds (its inputs and outputs: value 0).
+StatusOr<std::unique_ptr<Plan>> one_step_plan(
+    std::initializer_list<const char*> families,
+    const std::function<flatbuffers::Offset<fb::Step>(flatbuffers::FlatBufferBuilder&, const std::vector<int>*)>&
+        make_step) {
+  const std::vector<int> io = {0};
+  return steps_plan(families, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return std::vector<flatbuffers::Offset<fb::Step>>{make_step(fbb, &io)};
+  });
 }
 
 // The plan reader refused a one_step_plan with an invalid-argument error naming the step and `error`.
@@ -289,6 +301,56 @@ TEST(PlanFile, GemmLibraryFieldsAreChecked) {
       EXPECT_EQ(st->library_min_rows(), c.min_rows);
     } else {
       expect_step_refused(plan, c.error);
+    }
+  }
+}
+
+TEST(PlanFile, RopeKernelIsChecked) {
+  // rope_kernel (schema minor 10): on a paged_attention step with a kernel whose q (value 2) is
+  // the output of the rope_kv_store step just before it, over the program's positions (value 0),
+  // read by no other step; a paged_attention kernel; its outputs' arena rows apart from qkv's
+  // (value 1; values 1-4 hold 16 bytes a row each, 16 bytes apart). Anything else is refused
+  // naming the problem.
+  struct Case {
+    const char* what;
+    fb::OpKind before;
+    std::vector<int> store_in, attention_in;
+    fb::OpKind op;
+    int rope_kernel;
+    bool another_reader;
+    const char* error;  // nullptr: accepted
+    int out = 4;        // the attention's output value
+  };
+  const fb::OpKind rkv = fb::OpKind::RopeKvStore, att = fb::OpKind::PagedAttention;
+  const char* placement = "not on a paged_attention step with a kernel whose q is the output of the rope_kv_store";
+  for (const Case& c : {
+           Case{"valid", rkv, {1, 0}, {2}, att, 2, false, nullptr},
+           Case{"out of range", rkv, {1, 0}, {2}, att, 3, false, "rope kernel index out of range"},
+           Case{"on a linear", rkv, {1, 0}, {2}, fb::OpKind::Linear, 2, false, placement},
+           Case{"after a rope", fb::OpKind::Rope, {1, 0}, {2}, att, 2, false, placement},
+           Case{"q not the store's", rkv, {1, 0}, {3}, att, 2, false, placement},
+           Case{"other positions", rkv, {1, 3}, {2}, att, 2, false, placement},
+           Case{"a rope_kv_store kernel", rkv, {1, 0}, {2}, att, 0, false, "its rope kernel is of family 'rope_kv_store'"},
+           Case{"q read again", rkv, {1, 0}, {2}, att, 2, true, "is read by 2 steps"},
+           Case{"output over qkv", rkv, {1, 0}, {2}, att, 2, false, "(their arena rows overlap)", 1},
+       }) {
+    SCOPED_TRACE(c.what);
+    auto plan = steps_plan({"rope_kv_store", "paged_attention", "paged_attention"}, [&](auto& fbb) {
+      const std::vector<int> out2 = {2}, out4 = {c.out}, in3 = {2};
+      std::vector<flatbuffers::Offset<fb::Step>> steps = {
+          fb::CreateStepDirect(fbb, c.before, &c.store_in, &out2, nullptr, nullptr, 0, "store"),
+          fb::CreateStepDirect(fbb, c.op, &c.attention_in, &out4, nullptr, nullptr, 1, "attention", -1, 0,
+                               fb::GemmLibrary::None, -1, -1, 0, -1, false, c.rope_kernel)};
+      if (c.another_reader)
+        steps.push_back(fb::CreateStepDirect(fbb, fb::OpKind::Add, &in3, &out4, nullptr, nullptr, -1, "reader"));
+      return steps;
+    });
+    if (!c.error) {
+      EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().to_string();
+      EXPECT_NE(plan.status().message().find(c.error), std::string::npos) << plan.status().message();
     }
   }
 }

@@ -16,7 +16,8 @@
 #              batch 1 and 32, next to the bandwidth bound (weight bytes per token / bandwidth)
 #   gemv       int4-g128 decode (batch 1 and 8) on the GEMV over f32 activations, to compare with the
 #              default int8-activation (dp4a) GEMV of the bench stage; and with a quantize_q8
-#              launch before each GEMV (--no-fused-quantize)
+#              launch before each GEMV (--no-fused-quantize); bf16 decode with each layer's
+#              rope_kv_store launched apart from its attention (--no-rope-in-attention)
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
@@ -182,9 +183,11 @@ table = vocab * hidden * 2  # a decode step reads one row of the (bf16) embeddin
 per_token = total - table
 prog = ins["program"]
 # A quantize_q8 kernel per int8-activation GEMV, but for those whose input the step before wrote
-# as int8 rows itself (one GEMV each: q/k/v and gate/up are fused).
+# as int8 rows itself (one GEMV each: q/k/v and gate/up are fused); none for a rope_kv_store whose
+# attention step does its work at decode (Step.rope_kernel).
 kernels = (prog['steps'] + prog.get('steps_with_int8_activation_gemv', 0) -
-           prog.get('steps_writing_int8_activations', 0) + int(prog.get('logits_summary_on_gpu', False)))
+           prog.get('steps_writing_int8_activations', 0) - prog.get('steps_with_rope_kernel', 0) +
+           int(prog.get('logits_summary_on_gpu', False)))
 print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per decode step: {kernels}")
 for t in bench["tests"]:
     line = f"  {t['name']}: {t['tokens_per_s']:.1f} tok/s"
@@ -220,11 +223,13 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   fi
 }
 
-if stage gemv 80; then
+if stage gemv 110; then
   bench_case "int4-g128 decode with the GEMV over f32 activations (--quant-gemv f32 plan; the bench above: int8, dp4a):" \
     llama3_8b_int4_g128_f32gemv 100 --pp 0 --tg 64 --batch 8 -r 2
   bench_case "int4-g128 decode with a quantize_q8 kernel before every int8 GEMV (--no-fused-quantize; the bench above: norms and SiLU*mul write them):" \
     llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 8 -r 2 --no-fused-quantize
+  bench_case "bf16 decode with each layer's rope_kv_store launched before its attention (--no-rope-in-attention; the bench above: inside it):" \
+    llama3_8b_bf16 100 --pp 0 --tg 64 --batch 8 -r 2 --no-rope-in-attention
 fi
 
 if stage hf 80; then

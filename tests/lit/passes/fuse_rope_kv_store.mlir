@@ -12,7 +12,13 @@
 // CHECK-NOT:  llm.rope
 // CHECK-NOT:  llm.kv_store
 // PLANNED-LABEL: func.func @fused
-// PLANNED: llm.rope_kv_store {{.*}}llm.arena_offsets = [{{[0-9]+}}, -1]
+// PLANNED-SAME: llm.arena_bytes_per_token = 1024
+// PLANNED: llm.linear {{.*}}llm.arena_offsets = [0]
+// PLANNED: llm.rope_kv_store {{.*}}llm.arena_offsets = [512, -1]
+// qkv lives as long as q: the GPU's decode attention may do the rope_kv_store's work, reading
+// qkv in place of q (plan Step.rope_kernel), so its output does not take qkv's bytes (@0, the
+// best fit once qkv died).
+// PLANNED: llm.paged_attention {{.*}}llm.arena_offsets = [768]
 func.func @fused(%tokens: tensor<?xi32>, %positions: tensor<?xi32>, %batch: !llm.batch, %kv: !llm.kv_cache, %h: tensor<?x64xf32>) -> tensor<?x64xf32> {
   %w = llm.weight "qkv" : tensor<128x64xf32>
   %qkv = llm.linear %h, %w : (tensor<?x64xf32>, tensor<128x64xf32>) -> tensor<?x128xf32>
