@@ -180,9 +180,43 @@ constexpr int kSplitRows = ${SPLIT_ROWS}; // steps of at most this many rows spl
 constexpr int kMaxChunks = ${MAX_CHUNKS};
 constexpr int kMinChunk = ${MIN_CHUNK};   // positions, a multiple of kBlock
 constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) per head
+constexpr int kScoreBatch = 4;                  // positions a warp scores at a time
 constexpr long long kCountersBytes = ${COUNTERS_BYTES};
 ${CACHE_READ}${ROPE_CONSTANTS}
-${REDUCTIONS}${Q8_STORE}} // namespace
+${REDUCTIONS}
+// blockMax (kMax) or blockSum of each of the kGroup values v[g] over the block, into v[g] of every
+// thread: each value by the same xor trees as blockReduce alone (the same results), with two
+// barriers for all of them instead of two each, their trees interleaved.
+template <bool kMax>
+__device__ __forceinline__ void groupReduce(float v[kGroup], float *red) {
+  constexpr int kRedWarps = kBlock / 32;
+  static_assert(kGroup * kRedWarps <= kBlock, "red holds a value per (head, warp)");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const float u = __shfl_xor_sync(0xffffffffu, v[g], o);
+      v[g] = kMax ? fmaxf(v[g], u) : v[g] + u;
+    }
+  if (lane == 0)
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g)
+      red[g * kRedWarps + (threadIdx.x >> 5)] = v[g];
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g)
+    v[g] = lane < kRedWarps ? red[g * kRedWarps + lane] : (kMax ? red[g * kRedWarps] : 0.0f);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const float u = __shfl_xor_sync(0xffffffffu, v[g], o);
+      v[g] = kMax ? fmaxf(v[g], u) : v[g] + u;
+    }
+  __syncthreads();
+}
+${Q8_STORE}} // namespace
 
 // (kBlock, 1): ptxas's default register budget for 128-thread blocks spilled a few bytes of the
 // windowed variant on sm_80; with at least one block per SM it keeps them in registers.
@@ -252,43 +286,72 @@ ${LOAD_Q}    float acc[kGroup][kPerThread];
       if (tid < n)
         cacheRow[tid] = ${OWN_ROW}((long long)table[j / kBs] * kHkv + kvHead) * kBs + j % kBs;
       __syncthreads();
-      // Scores: warp w takes positions w, w + kWarps, ..., its lanes the head dimensions
-      // (d = lane + 32 i, coalesced reads of the K row), an xor tree the sum; into probs.
-      for (int jj = warp; jj < n; jj += kWarps) {
-        const long long r = cacheRow[jj];
-        float part[kGroup];
+      // Scores: warp w takes positions w, w + kWarps, ..., kScoreBatch of them at a time, its
+      // lanes the head dimensions (d = lane + 32 i, coalesced reads of a K row), an xor tree
+      // each sum; into probs. The batch's K rows are in flight together and its trees interleave
+      // (one position at a time, the warp waited for each row's loads, then for each tree); a
+      // position's sum is the same operations whichever batch it falls in.
+      for (int jw = warp; jw < n; jw += kScoreBatch * kWarps) {
+        long long rows[kScoreBatch];
 #pragma unroll
-        for (int g = 0; g < kGroup; ++g)
-          part[g] = 0.0f;
+        for (int u = 0; u < kScoreBatch; ++u) // (past the tile: position jw again, not stored)
+          rows[u] = cacheRow[jw + u * kWarps < n ? jw + u * kWarps : jw];
+        float part[kScoreBatch][kGroup];
 #pragma unroll
-        for (int d = lane; d < kHd; d += 32) {
-          const float kd = ${K_AT};
+        for (int u = 0; u < kScoreBatch; ++u)
 #pragma unroll
           for (int g = 0; g < kGroup; ++g)
-            part[g] += qs[g][d] * kd;
+            part[u][g] = 0.0f;
+#pragma unroll
+        for (int d = lane; d < kHd; d += 32) {
+          float kds[kScoreBatch];
+#pragma unroll
+          for (int u = 0; u < kScoreBatch; ++u) {
+            const long long r = rows[u];
+            kds[u] = ${K_AT};
+          }
+#pragma unroll
+          for (int u = 0; u < kScoreBatch; ++u)
+#pragma unroll
+            for (int g = 0; g < kGroup; ++g)
+              part[u][g] += qs[g][d] * kds[u];
         }
 #pragma unroll
-        for (int g = 0; g < kGroup; ++g) {
+        for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-          for (int o = 16; o > 0; o >>= 1)
-            part[g] += __shfl_xor_sync(0xffffffffu, part[g], o);
-          if (lane == 0)
-            probs[g][jj] = part[g];
+          for (int u = 0; u < kScoreBatch; ++u)
+#pragma unroll
+            for (int g = 0; g < kGroup; ++g)
+              part[u][g] += __shfl_xor_sync(0xffffffffu, part[u][g], o);
+        if (lane == 0) {
+#pragma unroll
+          for (int u = 0; u < kScoreBatch; ++u)
+            if (jw + u * kWarps < n) {
+#pragma unroll
+              for (int g = 0; g < kGroup; ++g)
+                probs[g][jw + u * kWarps] = part[u][g];
+            }
         }
       }
       __syncthreads();
-      float score[kGroup];
+      // The tile's max and sum of every head at once (groupReduce: each value its own trees).
+      float score[kGroup], mNew[kGroup], sum[kGroup];
 #pragma unroll
       for (int g = 0; g < kGroup; ++g)
-        score[g] = j <= hi ? probs[g][tid] : negInf;
+        mNew[g] = score[g] = j <= hi ? probs[g][tid] : negInf;
+      groupReduce<true>(mNew, red);
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
-        const float mNew = fmaxf(m[g], blockMax(score[g], red));
-        const float e = j <= hi ? expf(score[g] - mNew) : 0.0f;
-        probs[g][tid] = e; // (only this thread reads or writes probs[g][tid] until the barrier)
-        const float alpha = expf(m[g] - mNew); // 0 on the first tile (m = -inf)
-        l[g] = l[g] * alpha + blockSum(e, red); // blockSum's barriers publish probs
-        m[g] = mNew;
+        mNew[g] = fmaxf(m[g], mNew[g]);
+        sum[g] = j <= hi ? expf(score[g] - mNew[g]) : 0.0f;
+        probs[g][tid] = sum[g]; // (only this thread reads or writes probs[g][tid] until the barrier)
+      }
+      groupReduce<false>(sum, red); // (its barriers publish probs)
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        const float alpha = expf(m[g] - mNew[g]); // 0 on the first tile (m = -inf)
+        l[g] = l[g] * alpha + sum[g];
+        m[g] = mNew[g];
 #pragma unroll
         for (int i = 0; i < kPerThread; ++i)
           acc[g][i] *= alpha;
@@ -297,8 +360,8 @@ ${LOAD_Q}    float acc[kGroup][kPerThread];
       for (int i = 0; i < kPerThread; ++i) {
         const int d = tid + i * kBlock;
         if (d < kHd) {
-#pragma unroll 4
-          for (int jj = 0; jj < n; ++jj) {
+#pragma unroll 8
+          for (int jj = 0; jj < n; ++jj) { // (8 rows' loads in flight; the sums in position order)
             const float vd = ${V_AT};
 #pragma unroll
             for (int g = 0; g < kGroup; ++g)
