@@ -188,10 +188,7 @@ ${REDUCTIONS}
 // thread: each value by the same xor trees as blockReduce alone (the same results), with two
 // barriers for all of them instead of two each, their trees interleaved.
 template <bool kMax>
-__device__ __forceinline__ void groupReduce(float v[kGroup], float *red) {
-  constexpr int kRedWarps = kBlock / 32;
-  static_assert(kGroup * kRedWarps <= kBlock, "red holds a value per (head, warp)");
-  const int lane = threadIdx.x & 31;
+__device__ __forceinline__ void groupTrees(float v[kGroup]) { // a warp's xor tree of each value
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
@@ -199,6 +196,13 @@ __device__ __forceinline__ void groupReduce(float v[kGroup], float *red) {
       const float u = __shfl_xor_sync(0xffffffffu, v[g], o);
       v[g] = kMax ? fmaxf(v[g], u) : v[g] + u;
     }
+}
+template <bool kMax>
+__device__ __forceinline__ void groupReduce(float v[kGroup], float *red) {
+  constexpr int kRedWarps = kBlock / 32;
+  static_assert(kGroup * kRedWarps <= kBlock, "red holds a value per (head, warp)");
+  const int lane = threadIdx.x & 31;
+  groupTrees<kMax>(v);
   if (lane == 0)
 #pragma unroll
     for (int g = 0; g < kGroup; ++g)
@@ -207,13 +211,7 @@ __device__ __forceinline__ void groupReduce(float v[kGroup], float *red) {
 #pragma unroll
   for (int g = 0; g < kGroup; ++g)
     v[g] = lane < kRedWarps ? red[g * kRedWarps + lane] : (kMax ? red[g * kRedWarps] : 0.0f);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const float u = __shfl_xor_sync(0xffffffffu, v[g], o);
-      v[g] = kMax ? fmaxf(v[g], u) : v[g] + u;
-    }
+  groupTrees<kMax>(v);
   __syncthreads();
 }
 ${Q8_STORE}} // namespace

@@ -408,6 +408,21 @@ TEST(AttentionKernel, Int8KvStoreHoldsTheCpuCodes) {
   EXPECT_EQ(kc[r1 * hd + 2], -4); // -3.5 too
 }
 
+/// Llama-3's rotation (theta 500000, llama3 scaling over a short original context) at `style`.
+llmc::RopeParams llama3Rope(const std::string &style, int heads, int hd) {
+  llmc::RopeParams rope;
+  rope.numHeads = heads;
+  rope.headDim = hd;
+  rope.theta = 500000.0;
+  rope.style = style;
+  rope.ropeType = "llama3";
+  rope.factor = 8.0;
+  rope.lowFreqFactor = 1.0;
+  rope.highFreqFactor = 4.0;
+  rope.originalMaxPosition = 64;
+  return rope;
+}
+
 /// The fused rope_kv_store kernel against rope (q), rope (k) and kv_store run one after the
 /// other: the same q, cache and scales, bit for bit. GQA 6/3, a padding row, a grid smaller than
 /// the rows, positions up to 70000 (large angles).
@@ -419,15 +434,7 @@ void checkRopeKvStore(const std::string &style, const std::string &kvDtype, int 
   const int bs = 4, blocks = 5, T = 4;
   const int qw = H * hd, kvw = Hkv * hd, w = qw + 2 * kvw;
   const bool i8 = kvDtype == "int8";
-  llmc::RopeParams rope;
-  rope.headDim = hd;
-  rope.theta = 500000.0;
-  rope.style = style;
-  rope.ropeType = "llama3";
-  rope.factor = 8.0;
-  rope.lowFreqFactor = 1.0;
-  rope.highFreqFactor = 4.0;
-  rope.originalMaxPosition = 64;
+  const llmc::RopeParams rope = llama3Rope(style, 0, hd);
   llmc::RopeParams ropeQ = rope, ropeK = rope;
   ropeQ.numHeads = H;
   ropeK.numHeads = Hkv;
@@ -517,16 +524,7 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
                std::to_string(hd) + " window=" + std::to_string(window) + (q8 ? " q8" : ""));
   const int bs = 16;
   const bool i8 = kv == "int8";
-  llmc::RopeParams rope;
-  rope.numHeads = H;
-  rope.headDim = hd;
-  rope.theta = 500000.0;
-  rope.style = style;
-  rope.ropeType = "llama3";
-  rope.factor = 8.0;
-  rope.lowFreqFactor = 1.0;
-  rope.highFreqFactor = 4.0;
-  rope.originalMaxPosition = 64;
+  const llmc::RopeParams rope = llama3Rope(style, H, hd);
   llmc::AttentionParams p;
   p.cache = {Hkv, hd, bs, kv};
   p.numHeads = H;
