@@ -183,9 +183,8 @@ constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) p
 constexpr int kScoreBatch = 4;                  // positions a warp scores at a time
 constexpr long long kCountersBytes = ${COUNTERS_BYTES};
 ${CACHE_READ}${ROPE_CONSTANTS}
-${REDUCTIONS}
-// blockMax (kMax) or blockSum of each of the kGroup values v[g] over the block, into v[g] of every
-// thread: each value by the same xor trees as blockReduce alone (the same results), with two
+// The block's max (kMax) or sum of each of the kGroup values v[g], into v[g] of every thread:
+// each value by the trees of blockReduce (KernelSource.cpp) alone, so the same results, with two
 // barriers for all of them instead of two each, their trees interleaved.
 template <bool kMax>
 __device__ __forceinline__ void groupTrees(float v[kGroup]) { // a warp's xor tree of each value
@@ -739,78 +738,67 @@ constexpr bool kNeox = ${NEOX};
 constexpr int kQWidth = kH * kHd;
 constexpr int kKvWidth = kHkv * kHd;
 constexpr int kQkvWidth = kQWidth + 2 * kKvWidth; // a row of qkv: q, k, v columns
+constexpr bool kRotateKWithQ = ${ROTATE_K}; // f32 cache: the own k rotated in q's loop
 ${ROTATION}${ROW_STORE})cuda";
 
-// f32 cache: the item's q heads rotated as rope_kv_store rotates them (rotatePair), then scaled
-// as the plain load scales rope_kv_store's output; when the chunk ends at p, the kv head's k
-// rotated in the same loop and its v copied. The kv head's first item stores both at the row's
-// slot (none for padding, slot < 0): rope_kv_store's write, by one block.
-constexpr const char *kLoadQRopeF32 = R"cuda(    const float *src = qkv + (long long)row * kQkvWidth;
+// The item's q heads rotated as rope_kv_store rotates them (rotatePair), then scaled as the
+// plain load scales rope_kv_store's output; when the chunk ends at p, the kv head's k and v as
+// the cache will hold them into kNew / vNew (OWN_BUILD, OWN_READ, OWN_STORE: per cache type,
+// below), and the kv head's first item stores them at the row's slot (none for padding, slot <
+// 0): rope_kv_store's write, by one block.
+constexpr const char *kLoadQRope = R"cuda(    const float *src = qkv + (long long)row * kQkvWidth;
     const float angle = (float)p;
     const bool own = hi == p;
-    for (int i = tid; i < (own ? kGroup + 1 : kGroup) * kHalf; i += kBlock) {
+    for (int i = tid; i < (own && kRotateKWithQ ? kGroup + 1 : kGroup) * kHalf; i += kBlock) {
       const int g = i / kHalf;
       if (g < kGroup)
         rotatePair(src + (head0 + g) * kHd, qs[g], i - g * kHalf, angle);
       else
         rotatePair(src + kQWidth + kvHead * kHd, kNew, i - g * kHalf, angle);
     }
-    if (own)
-      for (int d = tid; d < kHd; d += kBlock)
-        vNew[d] = src[kQWidth + kKvWidth + kvHead * kHd + d];
+    const float *ownV = src + kQWidth + kKvWidth + kvHead * kHd;
+    if (own) {${OWN_BUILD}
+    }
     __syncthreads();
     for (int i = tid; i < kGroup * kHd; i += kBlock)
-      qs[i / kHd][i % kHd] *= kScale;
+      qs[i / kHd][i % kHd] *= kScale;${OWN_READ}
     const long long slot = own && head0 % (kH / kHkv) == 0 ? kv_slots[row] : -1;
     if (slot >= 0) {
-      const long long at = ((slot / kBs * kHkv + kvHead) * kBs + slot % kBs) * kHd;
-      for (int d = tid; d < kHd; d += kBlock) {
-        k_cache[at + d] = kNew[d];
-        v_cache[at + d] = vNew[d];
+      const long long r = (slot / kBs * kHkv + kvHead) * kBs + slot % kBs; // the cache row
+      for (int d = tid; d < kHd; d += kBlock) {${OWN_STORE}
       }
     }
     __syncthreads();
 )cuda";
 
-// int8 cache: the same, the own k and v rows quantized by rope_kv_store's code (warps 0 and 1:
-// storeRowI8 of rotatedAt and of v) into shared codes and scales, read back dequantized as
-// cacheAt reads the cache.
-constexpr const char *kLoadQRopeInt8 = R"cuda(    const float *src = qkv + (long long)row * kQkvWidth;
-    const float angle = (float)p;
-    const bool own = hi == p;
-    for (int i = tid; i < kGroup * kHalf; i += kBlock) {
-      const int g = i / kHalf;
-      rotatePair(src + (head0 + g) * kHd, qs[g], i - g * kHalf, angle);
-    }
-    if (own) {
-      const float *k = src + kQWidth + kvHead * kHd, *v = src + kQWidth + kKvWidth + kvHead * kHd;
+// f32 cache: k rotated in q's loop, v copied; the cache holds them as they are.
+constexpr const char *kOwnBuildF32 = R"cuda(
+      for (int d = tid; d < kHd; d += kBlock)
+        vNew[d] = ownV[d];)cuda";
+constexpr const char *kOwnStoreF32 = R"cuda(
+        k_cache[r * kHd + d] = kNew[d];
+        v_cache[r * kHd + d] = vNew[d];)cuda";
+// int8 cache: k and v quantized by rope_kv_store's code (warps 0 and 1: storeRowI8 of rotatedAt
+// and of v) into shared codes and scales, read back dequantized as cacheAt reads the cache.
+constexpr const char *kOwnBuildInt8 = R"cuda(
       if (warp == 0)
-        storeRowI8([&](int d) { return rotatedAt(k, d, angle); }, kCodes, &kCodeScale, lane);
+        storeRowI8([&](int d) { return rotatedAt(src + kQWidth + kvHead * kHd, d, angle); }, kCodes, &kCodeScale,
+                   lane);
       else if (warp == 1)
-        storeRowI8([&](int d) { return v[d]; }, vCodes, &vCodeScale, lane);
-    }
-    __syncthreads();
-    for (int i = tid; i < kGroup * kHd; i += kBlock)
-      qs[i / kHd][i % kHd] *= kScale;
+        storeRowI8([&](int d) { return ownV[d]; }, vCodes, &vCodeScale, lane);)cuda";
+constexpr const char *kOwnReadInt8 = R"cuda(
     if (own)
       for (int d = tid; d < kHd; d += kBlock) {
         kNew[d] = __fmul_rn((float)kCodes[d], kCodeScale);
         vNew[d] = __fmul_rn((float)vCodes[d], vCodeScale);
-      }
-    const long long slot = own && head0 % (kH / kHkv) == 0 ? kv_slots[row] : -1;
-    if (slot >= 0) {
-      const long long r = (slot / kBs * kHkv + kvHead) * kBs + slot % kBs; // the cache row
-      for (int d = tid; d < kHd; d += kBlock) {
+      })cuda";
+constexpr const char *kOwnStoreInt8 = R"cuda(
         k_cache[r * kHd + d] = kCodes[d];
         v_cache[r * kHd + d] = vCodes[d];
-      }
-      if (tid == 0) {
-        k_scales[r] = kCodeScale;
-        v_scales[r] = vCodeScale;
-      }
-    }
-    __syncthreads();
-)cuda";
+        if (d == 0) {
+          k_scales[r] = kCodeScale;
+          v_scales[r] = vCodeScale;
+        })cuda";
 
 // Flash-decoding sizes (see the file comment): steps of up to 32 rows (decode batches) split a
 // row's positions into up to 32 chunks of at least 256 positions (two tiles): 8K positions
@@ -954,7 +942,6 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                    {"MIN_CHUNK", std::to_string(kMinChunk)},
                                    {"COUNTERS_BYTES", std::to_string(countersBytes)},
                                    {"WORK", std::to_string(workBytes)},
-                                   {"REDUCTIONS", detail::kBlockReductions},
                                    {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
   if (p.quantizedOutput && p.cache.headDim % 32 != 0)
     return llmrt::invalid_argument("paged_attention: int8 output rows need a head_dim that is a multiple of 32, not " +
@@ -995,6 +982,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
        {"SLOTS_PARAM", rope ? " const long long *__restrict__ kv_slots," : ""},
        {"ROPE_DOC", ropeDoc},
        {"ROPE_CONSTANTS", rope ? detail::substitute(kRopeConstants, {{"NEOX", p.rope->style == "neox" ? "true" : "false"},
+                                                                    {"ROTATE_K", i8 ? "false" : "true"},
                                                                     {"ROTATION", rotation},
                                                                     {"ROW_STORE", i8 ? detail::kInt8RowStore : ""}})
                                : ""},
@@ -1003,7 +991,10 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
         : i8  ? "\n  __shared__ float kNew[kHd], vNew[kHd]; // the row's own k and v, as the cache holds them"
                 "\n  __shared__ signed char kCodes[kHd], vCodes[kHd];\n  __shared__ float kCodeScale, vCodeScale;"
               : "\n  __shared__ float kNew[kHd], vNew[kHd]; // the row's own k and v, as the cache holds them"},
-       {"LOAD_Q", !rope ? kLoadQ : i8 ? kLoadQRopeInt8 : kLoadQRopeF32},
+       {"LOAD_Q", !rope ? kLoadQ
+                        : detail::substitute(kLoadQRope, {{"OWN_BUILD", i8 ? kOwnBuildInt8 : kOwnBuildF32},
+                                                          {"OWN_READ", i8 ? kOwnReadInt8 : ""},
+                                                          {"OWN_STORE", i8 ? kOwnStoreInt8 : kOwnStoreF32}})},
        {"OWN_ROW", rope ? "j == p ? -1 : " : ""},
        {"K_AT", rope ? "r < 0 ? kNew[d] : cacheAt(k_cache, K_SCALES, r, d)" : "cacheAt(k_cache, K_SCALES, r, d)"},
        {"V_AT", rope ? "cacheRow[jj] < 0 ? vNew[d] : cacheAt(v_cache, V_SCALES, cacheRow[jj], d)"

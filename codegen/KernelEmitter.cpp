@@ -547,12 +547,13 @@ int batchedMinRows(Operation *op) {
 
 FailureOr<std::optional<KernelSpec>> emitRopeAttentionKernel(Operation *op) {
   const std::optional<KernelSpec> none;
-  if (op->getName().getStringRef() != "llm.paged_attention" || op->getNumOperands() < 2 || !hasKernel(op))
+  if (op->getName().getStringRef() != "llm.paged_attention" || !hasKernel(op))
     return none;
+  // (operand and result counts: the dialect's verifier)
   Operation *store = op->getOperand(0).getDefiningOp();
   if (!store || store->getName().getStringRef() != "llm.rope_kv_store" || store != op->getPrevNode() ||
-      store->getNumResults() != 2 || op->getOperand(0) != store->getResult(0) || !store->getResult(0).hasOneUse() ||
-      op->getOperand(1) != store->getResult(1) || store->getNumOperands() < 2 || !hasKernel(store))
+      op->getOperand(0) != store->getResult(0) || !store->getResult(0).hasOneUse() ||
+      op->getOperand(1) != store->getResult(1) || !hasKernel(store))
     return none;
   // Positions: @forward's (the runtime's positions buffer, which the attention reads too).
   auto positions = dyn_cast<BlockArgument>(store->getOperand(1));

@@ -136,6 +136,8 @@ struct Lowering {
   llmrt::StatusOr<int> kernelFor(Operation *op);
   /// The step's tensor-core kernel (emitBatchedKernel), -1 for none.
   llmrt::StatusOr<int> batchedKernelFor(Operation *op);
+  /// The index of the kernel an optional emitter gave `op` (added on first use), -1 for none.
+  llmrt::StatusOr<int> optionalKernel(Operation *op, FailureOr<std::optional<KernelSpec>> spec);
   /// Index of `spec` in the plan's kernels, compiling it on first use.
   llmrt::StatusOr<int> addKernel(const KernelSpec &spec);
   llmrt::Status lowerForward(func::FuncOp fn,
@@ -175,7 +177,10 @@ llmrt::StatusOr<int> Lowering::kernelFor(Operation *op) {
 llmrt::StatusOr<int> Lowering::batchedKernelFor(Operation *op) {
   if (opts.targets.empty() || !hasKernel(op))
     return -1;
-  FailureOr<std::optional<KernelSpec>> spec = emitBatchedKernel(op);
+  return optionalKernel(op, emitBatchedKernel(op));
+}
+
+llmrt::StatusOr<int> Lowering::optionalKernel(Operation *op, FailureOr<std::optional<KernelSpec>> spec) {
   if (failed(spec))
     return error(op, "kernel emission failed");
   if (!*spec)
@@ -321,38 +326,17 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
     int libraryInput = -1, libraryWeight = -1, libraryRows = 0;
     if (!opts.targets.empty() && batched >= 0 && usesGemmLibrary(op)) {
       library = fb::GemmLibrary::CublasLt;
-      FailureOr<std::optional<KernelSpec>> input = emitLibraryInputKernel(op);
-      FailureOr<std::optional<KernelSpec>> weight = emitLibraryWeightKernel(op);
-      if (failed(input) || failed(weight))
-        return error(op, "kernel emission failed");
-      if (*input) {
-        ASSIGN_OR_RETURN(libraryInput, addKernel(**input));
-      }
-      if (*weight) {
-        ASSIGN_OR_RETURN(libraryWeight, addKernel(**weight));
-      }
+      ASSIGN_OR_RETURN(libraryInput, optionalKernel(op, emitLibraryInputKernel(op)));
+      ASSIGN_OR_RETURN(libraryWeight, optionalKernel(op, emitLibraryWeightKernel(op)));
       if (libraryMinRows(op) != batchedMinRows(op))
         libraryRows = libraryMinRows(op);
     }
-    // Int8 activations for a quantized GEMV: the kernel that quantizes its input.
-    int inputQuant = -1;
+    // Int8 activations for a quantized GEMV: the kernel that quantizes its input; the decode
+    // attention with the rope_kv_store just before it inside.
+    int inputQuant = -1, ropeKernel = -1;
     if (kernel >= 0) {
-      FailureOr<std::optional<KernelSpec>> quantize = emitInputQuantKernel(op);
-      if (failed(quantize))
-        return error(op, "kernel emission failed");
-      if (*quantize) {
-        ASSIGN_OR_RETURN(inputQuant, addKernel(**quantize));
-      }
-    }
-    // The decode attention with the rope_kv_store just before it inside.
-    int ropeKernel = -1;
-    if (kernel >= 0) {
-      FailureOr<std::optional<KernelSpec>> rope = emitRopeAttentionKernel(op);
-      if (failed(rope))
-        return error(op, "kernel emission failed");
-      if (*rope) {
-        ASSIGN_OR_RETURN(ropeKernel, addKernel(**rope));
-      }
+      ASSIGN_OR_RETURN(inputQuant, optionalKernel(op, emitInputQuantKernel(op)));
+      ASSIGN_OR_RETURN(ropeKernel, optionalKernel(op, emitRopeAttentionKernel(op)));
     }
     std::string loc;
     llvm::raw_string_ostream os(loc);
