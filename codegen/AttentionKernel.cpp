@@ -182,6 +182,7 @@ constexpr int kMinChunk = ${MIN_CHUNK};   // positions, a multiple of kBlock
 constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) per head
 constexpr int kScoreBatch = 4;                  // positions a warp scores at a time
 constexpr long long kCountersBytes = ${COUNTERS_BYTES};
+constexpr int kPrefetchRows = ${PREFETCH_ROWS}; // cache positions an item asks the L2 for before its wait
 ${CACHE_READ}${ROPE_CONSTANTS}
 // The block's max (kMax) or sum of each of the kGroup values v[g], into v[g] of every thread:
 // each value by the trees of blockReduce (KernelSource.cpp) alone, so the same results, with two
@@ -213,6 +214,48 @@ __device__ __forceinline__ void groupReduce(float v[kGroup], float *red) {
   groupTrees<kMax>(v);
   __syncthreads();
 }
+// An item (row, head group, chunk): its row's sequence table and position p, and the positions
+// lo .. hi it reads, chunk `chunk` of the row's nChunks (none when chunk >= nChunks); false for a
+// padding row.
+struct ItemSpan {
+  long long rowItem; // (row, head group)
+  int chunk, row, head0, kvHead, p, lo, hi, nChunks;
+  const int *table;
+};
+__device__ __forceinline__ bool itemSpan(long long item, int chunksPerItem, const int *positions,
+                                         const int *query_start, const int *block_tables, int max_blocks,
+                                         int S, ItemSpan &s) {
+  s.chunk = (int)(item % chunksPerItem);
+  s.rowItem = item / chunksPerItem;
+  s.row = (int)(s.rowItem / kItemsPerRow);
+  s.head0 = (int)(s.rowItem % kItemsPerRow) * kGroup;
+  s.kvHead = s.head0 / (kH / kHkv);
+  if (s.row >= query_start[S])
+    return false;
+  // The row's sequence: the last q with query_start[q] <= row.
+  int seq = 0, top = S - 1;
+  while (seq < top) {
+    const int mid = (seq + top + 1) / 2;
+    if (query_start[mid] <= s.row)
+      seq = mid;
+    else
+      top = mid - 1;
+  }
+  s.table = block_tables + (long long)seq * max_blocks;
+  s.p = positions[s.row];
+  const int first = kWindow > 0 && s.p - kWindow + 1 > 0 ? s.p - kWindow + 1 : 0;
+  // Chunks of whole tiles.
+  const int len = s.p - first + 1;
+  int span = len;
+  if (chunksPerItem > 1 && len > kMinChunk) {
+    span = (len + kMaxChunks - 1) / kMaxChunks;
+    span = span < kMinChunk ? kMinChunk : (span + kBlock - 1) / kBlock * kBlock;
+  }
+  s.nChunks = (len + span - 1) / span;
+  s.lo = first + s.chunk * span;
+  s.hi = s.p < s.lo + span - 1 ? s.p : s.lo + span - 1;
+  return true;
+}
 ${Q8_STORE}} // namespace
 
 // (kBlock, 1): ptxas's default register budget for 128-thread blocks spilled a few bytes of the
@@ -235,36 +278,36 @@ ${ENTRY}(const float *__restrict__ ${Q_NAME}, ${CACHE_CONST}${ELEM} *__restrict_
   float *parts = reinterpret_cast<float *>(work + kCountersBytes);
   const int chunksPerItem = T <= kSplitRows ? kMaxChunks : 1;
   const long long items = (long long)T * kItemsPerRow * chunksPerItem;
+  // Before the wait on the kernel before (programmatic dependent launch, sm_90+): the cache rows
+  // of the block's first item, up to kPrefetchRows positions from its first, asked of the L2.
+  // Earlier steps wrote them (the row's own, written in this step, is a hint's stale line at
+  // worst, which the write updates); the step's positions, starts and tables were copied before
+  // its first kernel, which waited for the copies.
+  if (kPrefetchRows > 0 && blockIdx.x < items) {
+    ItemSpan s;
+    if (itemSpan(blockIdx.x, chunksPerItem, positions, query_start, block_tables, max_blocks, S, s) &&
+        s.chunk < s.nChunks) {
+      const int last = s.hi < s.lo + kPrefetchRows - 1 ? s.hi : s.lo + kPrefetchRows - 1;
+      for (int b = s.lo / kBs + tid; b <= last / kBs; b += kBlock) { // a thread per cache block
+        const int j0 = b * kBs > s.lo ? b * kBs : s.lo, j1 = (b + 1) * kBs - 1 < last ? (b + 1) * kBs - 1 : last;
+        const long long r = ((long long)s.table[b] * kHkv + s.kvHead) * kBs + j0 % kBs;
+        const unsigned bytes = (unsigned)((j1 - j0 + 1) * kHd * sizeof(${ELEM}));
+        llmcPrefetchL2(k_cache + r * kHd, bytes);
+        llmcPrefetchL2(v_cache + r * kHd, bytes);
+      }
+    }
+  }
+  llmcGridDependencyWait();
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-    const int chunk = (int)(item % chunksPerItem);
-    const long long rowItem = item / chunksPerItem; // (row, head group)
-    const int row = (int)(rowItem / kItemsPerRow), head0 = (int)(rowItem % kItemsPerRow) * kGroup;
-    const int kvHead = head0 / (kH / kHkv);
-    if (row >= query_start[S])
+    ItemSpan s;
+    if (!itemSpan(item, chunksPerItem, positions, query_start, block_tables, max_blocks, S, s))
       continue; // padding rows: output unspecified, never read
-    // The row's sequence: the last s with query_start[s] <= row.
-    int seq = 0, top = S - 1;
-    while (seq < top) {
-      const int mid = (seq + top + 1) / 2;
-      if (query_start[mid] <= row)
-        seq = mid;
-      else
-        top = mid - 1;
-    }
-    const int *table = block_tables + (long long)seq * max_blocks;
-    const int p = positions[row];
-    const int first = kWindow > 0 && p - kWindow + 1 > 0 ? p - kWindow + 1 : 0;
-    // This block's positions lo..hi: chunk `chunk` of the row's, chunks of whole tiles.
-    const int len = p - first + 1;
-    int span = len;
-    if (chunksPerItem > 1 && len > kMinChunk) {
-      span = (len + kMaxChunks - 1) / kMaxChunks;
-      span = span < kMinChunk ? kMinChunk : (span + kBlock - 1) / kBlock * kBlock;
-    }
-    const int nChunks = (len + span - 1) / span;
-    if (chunk >= nChunks)
+    if (s.chunk >= s.nChunks)
       continue;
-    const int lo = first + chunk * span, hi = p < lo + span - 1 ? p : lo + span - 1;
+    const int chunk = s.chunk, row = s.row, head0 = s.head0, kvHead = s.kvHead, p = s.p, lo = s.lo, hi = s.hi,
+              nChunks = s.nChunks;
+    const long long rowItem = s.rowItem;
+    const int *table = s.table;
 ${LOAD_Q}    float acc[kGroup][kPerThread];
     float m[kGroup], l[kGroup];
     const float negInf = __uint_as_float(0xff800000u);
@@ -942,6 +985,8 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                    {"MIN_CHUNK", std::to_string(kMinChunk)},
                                    {"COUNTERS_BYTES", std::to_string(countersBytes)},
                                    {"WORK", std::to_string(workBytes)},
+                                   // the first tile's rows, when they are whole 16-byte units
+                                   {"PREFETCH_ROWS", p.cache.headDim * (i8 ? 1 : 4) % 16 == 0 ? std::to_string(block) : "0"},
                                    {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
   if (p.quantizedOutput && p.cache.headDim % 32 != 0)
     return llmrt::invalid_argument("paged_attention: int8 output rows need a head_dim that is a multiple of 32, not " +

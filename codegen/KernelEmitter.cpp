@@ -287,6 +287,9 @@ FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCo
   p.tensorCores = tensorCores;
   p.gatherRows = logits;
   p.int8Activations = !tensorCores && usesInt8Activations(op);
+  if (ModuleOp module = op->getParentOfType<ModuleOp>())
+    if (auto bytes = module->getAttrOfType<IntegerAttr>("llm.gpu_gemv_l2_prefetch_bytes"))
+      p.l2PrefetchBytes = bytes.getInt();
   if (p.bias && failed(shapeOf(op, op->getOperand(2), "bias", 1, Elem::F32, /*rowsStatic=*/true)))
     return failure();
   return fromStatus(op, emitLinearKernel(p));

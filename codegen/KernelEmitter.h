@@ -11,7 +11,7 @@
 // original_max_position}, llm.silu_mul (1 or 2 operands), llm.linear and
 // llm.logits (dense weights, or quantized ones in the cuda_mma_n8 layout; the
 // module attribute llm.gpu_tensor_cores = false keeps them off the tensor-core
-// path),
+// path; llm.gpu_gemv_l2_prefetch_bytes sets LinearParams::l2PrefetchBytes),
 // llm.kv_store, llm.rope_kv_store (the rope attributes and the cache ones) and
 // llm.paged_attention (f32 or int8 KV cache), llm.add, llm.split,
 // llm.permute_columns. Activations must be f32 tensors [rows, width] with a

@@ -84,6 +84,10 @@ llmrt::StatusOr<KernelSpec> emitSiluMulKernel(const SiluMulParams &p);
 /// Kernel params: (const float *x, const unsigned char *w, const float *bias,
 /// const int *rows, float *y, int T); bias / rows are unused (may be null)
 /// unless `bias` / `gatherRows`.
+/// LinearParams::l2PrefetchBytes by default: a third of an H100's / H200's 50 MB L2, what the
+/// memory bus moves in ~4 us (a norm kernel's time at batch 1), so a prefetch is neither evicted
+/// by the GEMV's own stream before it is read nor larger than the idle time it fills.
+inline constexpr int64_t kDefaultL2PrefetchBytes = int64_t(16) << 20;
 struct LinearParams {
   int64_t n = 0;
   int64_t k = 0;
@@ -99,6 +103,10 @@ struct LinearParams {
   /// 32 products are exact integer sums (dp4a) scaled once by the weight and activation scales.
   /// Invalid with dense weights or tensorCores.
   bool int8Activations = false;
+  /// The CUDA-core kernels' weight bytes that their blocks ask the L2 for before waiting on the
+  /// kernel before them (sm_90+, where the runtime launches them overlapped with it), in all:
+  /// quantized, an equal share of each tile's first bytes; dense, the first blocks' rows. 0: none.
+  int64_t l2PrefetchBytes = kDefaultL2PrefetchBytes;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
 /// Rows from which a linear / logits step launches its tensor-core kernel.

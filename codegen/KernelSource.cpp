@@ -293,6 +293,10 @@ namespace {
 // launch gives); launch_dependents then lets the next kernel be scheduled, and reach its own
 // wait, while this one runs, which hides its launch latency. Below sm_90 (and in the host
 // emulation) it is empty and the runtime launches the kernels one after the other.
+//
+// Before its wait a kernel may only ask the L2 for bytes that no kernel of the step writes before
+// it (a GEMV's weights, the cache rows of earlier steps): llmcPrefetchL2 (cp.async.bulk.prefetch.L2,
+// sm_90+, a hint nothing waits for; p and bytes multiples of 16). The host emulation logs it.
 constexpr const char *kGridDependency = R"cuda(
 __device__ __forceinline__ void llmcGridDependencyWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -300,9 +304,17 @@ __device__ __forceinline__ void llmcGridDependencyWait() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void llmcPrefetchL2(const void *p, unsigned bytes) {
+#if defined(LLMC_HOST_EMULATION)
+  llmcEmuPrefetchL2(reinterpret_cast<unsigned long long>(p), bytes);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
 )cuda";
 
-// `body` with kGridDependency in front and a call to it opening every __global__ function.
+// `body` with kGridDependency in front and a call to it opening every __global__ function that
+// does not call it itself.
 std::string withGridDependency(const std::string &body) {
   std::string out = kGridDependency;
   out.reserve(out.size() + body.size() + 256);
@@ -321,7 +333,12 @@ std::string withGridDependency(const std::string &body) {
            "a __global__ declaration must end with its parameter list");
     (void)last;
     out.append(body, pos, open + 1 - pos);
-    out.append("\n  llmcGridDependencyWait();");
+    // An entry that calls the wait itself (after reads that need no wait: a GEMV's prefetch of
+    // its constant weights) keeps its own call; its text runs up to the next __global__.
+    const size_t next = body.find("__global__", open);
+    if (body.substr(open, next == std::string::npos ? std::string::npos : next - open)
+            .find("llmcGridDependencyWait();") == std::string::npos)
+      out.append("\n  llmcGridDependencyWait();");
     pos = open + 1;
   }
   out.append(body, pos, std::string::npos);

@@ -105,7 +105,9 @@ int elementwiseBlockSize(int64_t n);
 /// function of the source first calls llmcGridDependencyWait() (defined in
 /// front of the body): griddepcontrol.wait + launch_dependents on sm_90+, so
 /// the runtime may launch it overlapped with the kernel before it
-/// (programmatic dependent launch); empty below sm_90.
+/// (programmatic dependent launch); empty below sm_90. A function whose text
+/// (up to the next __global__) calls it itself is left as it is: it must make
+/// that call before reading anything a kernel writes and before any write.
 KernelSpec finishSpec(std::string family, const std::string &prefix,
                       const std::string &body, int blockSize,
                       std::string gridRule);

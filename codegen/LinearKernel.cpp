@@ -60,6 +60,26 @@ constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
 constexpr bool kTensorCores = ${TENSOR_CORES}; // the tensor-core kernel (sm_80+), else CUDA cores
 // Quantized CUDA-core GEMV only: x holds quantize_q8's int8 rows (already gathered), not f32.
 constexpr bool kInt8Activations = ${INT8_ACTIVATIONS};
+// Before its wait on the kernel before (programmatic dependent launch), block b < kPrefetchBlocks
+// asks the L2 for the first kPrefetchBytes of the weight bytes its first item reads (LinearParams::
+// l2PrefetchBytes over the blocks); the weight is kWeightSize long.
+constexpr long long kPrefetchBlocks = ${PREFETCH_BLOCKS};
+constexpr long long kPrefetchBytes = ${PREFETCH_BYTES};
+constexpr long long kWeightSize = ${WEIGHT_SIZE};
+
+// Bytes [from, to) of the weight at w (cut to whole 16-byte units inside it) asked of the L2
+// (llmcPrefetchL2, in pieces of 16 KiB) by the calling thread: a GEMV's weights are never written
+// by a kernel, so it may ask before its wait, while the kernel before (a norm, the attention)
+// leaves the memory bus idle. sm_90+, where the runtime launches a kernel while the one before
+// it runs; elsewhere nothing (the host emulation logs the pieces).
+__device__ __forceinline__ void prefetchWeightL2(const unsigned char *w, long long from, long long to) {
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(LLMC_HOST_EMULATION)
+  const unsigned long long base = reinterpret_cast<unsigned long long>(w);
+  const unsigned long long end = (base + (to < kWeightSize ? to : kWeightSize)) & ~15ull;
+  for (unsigned long long a = (base + from + 15) & ~15ull; a < end; a += 16384)
+    llmcPrefetchL2(reinterpret_cast<const void *>(a), end - a < 16384 ? (unsigned)(end - a) : 16384u);
+#endif
+}
 } // namespace
 )cuda";
 
@@ -534,6 +554,10 @@ extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
+  // Block b's first item is tile b (of the first token chunk): its scales, then its spans in order.
+  if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
+    prefetchWeightL2(w, blockIdx.x * kTileBytes, blockIdx.x * kTileBytes + kPrefetchBytes);
+  llmcGridDependencyWait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = lane >> 2, q = lane & 3;
   if (kTensorCores) {
@@ -655,6 +679,10 @@ extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
          float *__restrict__ y, int T) {
+  // Block b's first items are rows kWarps b .. kWarps b + kWarps - 1 (of the first token chunk).
+  if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
+    prefetchWeightL2(w, blockIdx.x * kPrefetchBytes, (blockIdx.x + 1) * kPrefetchBytes);
+  llmcGridDependencyWait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (kTensorCores) {
     // Tensor cores: an item is 8 weight rows x kMmaTokens tokens; k-step kb covers elements
@@ -802,7 +830,28 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   const int warps = splitK ? static_cast<int>(std::clamp<int64_t>(kSplitKTargetWarps / tiles, 1,
                                                                     std::min<int64_t>(8, spans)))
                            : kWarpsPerBlock;
+  // The L2 prefetch before the wait (CUDA cores only; the tensor-core kernels serve steps of many
+  // rows, whose kernel before is no short one): quantized, block b its tile b's first bytes, an
+  // equal share of l2PrefetchBytes (the GEMV is one wave: every block is resident early);
+  // dense, the first blocks their kWarpsPerBlock whole rows, up to l2PrefetchBytes in all (the
+  // first wave's; later blocks start once the kernel before has ended).
+  const int64_t weightBytes = storage->dense ? p.n * p.k * (storage->denseType == 2 ? 4 : 2) : tiles * storage->tileBytes;
+  int64_t prefetchBlocks = 0, prefetchBytes = 0;
+  if (!p.tensorCores && p.l2PrefetchBytes > 0) {
+    if (storage->dense) {
+      prefetchBytes = kWarpsPerBlock * p.k * (storage->denseType == 2 ? 4 : 2);
+      prefetchBlocks = std::min((p.n + kWarpsPerBlock - 1) / kWarpsPerBlock, p.l2PrefetchBytes / prefetchBytes);
+    } else {
+      prefetchBytes = std::min(storage->tileBytes, p.l2PrefetchBytes / tiles / 16 * 16);
+      prefetchBlocks = prefetchBytes >= 128 ? tiles : 0;
+    }
+    if (prefetchBlocks == 0)
+      prefetchBytes = 0;
+  }
   std::vector<std::pair<std::string, std::string>> common = {
+      {"PREFETCH_BLOCKS", std::to_string(prefetchBlocks)},
+      {"PREFETCH_BYTES", std::to_string(prefetchBytes)},
+      {"WEIGHT_SIZE", std::to_string(weightBytes)},
       {"N", std::to_string(p.n)},
       {"K", std::to_string(p.k)},
       {"TOKENS", std::to_string(kTokensPerItem)},

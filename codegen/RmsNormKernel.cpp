@@ -26,6 +26,16 @@ constexpr int kBlock = ${BLOCK}; // threads per block, a power of two
 constexpr int kPerThread = (kG + kBlock - 1) / kBlock;
 constexpr float kEps = ${EPS};
 
+// The weight's N floats asked of the L2 (thread 0, whole 16-byte units), which the entries do
+// before their wait on the kernel before (programmatic dependent launch; no kernel writes a
+// weight): the weight's reads after it then wait on the L2 like those of x, not on device memory. (Read into
+// registers before the wait instead, the weight stayed live across the row loop and the int8
+// variant spilled at 1024 threads.)
+template <int N>
+__device__ __forceinline__ void prefetchWeight(const float *w) {
+  if (threadIdx.x == 0 && N * 4 >= 16)
+    llmcPrefetchL2(w, N * 4 / 16 * 16);
+}
 ${REDUCTIONS}${Q8_STORE}} // namespace
 )cuda";
 
@@ -36,6 +46,8 @@ ${ENTRY}(const float *__restrict__ x, const float *__restrict__ w,
          float *__restrict__ out${Q8_PARAM}, int T) {
   __shared__ float red[kBlock];
   const int tid = threadIdx.x;
+  prefetchWeight<kG>(w);
+  llmcGridDependencyWait();
   const long long items = (long long)T * kGroups;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
     // item = row * kGroups + group, so its first column is item * kG.
@@ -71,6 +83,8 @@ ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
          float *__restrict__ normed, float *sum${Q8_PARAM}, int T) {
   __shared__ float red[kBlock];
   const int tid = threadIdx.x;
+  prefetchWeight<kD>(w);
+  llmcGridDependencyWait();
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
     const long long base = (long long)row * kD;
     float v[kPerThread], wv[kPerThread];

@@ -227,6 +227,13 @@ llmrt::Status compile(const CompileOptions &opts) {
     return llmrt::invalid_argument("--quant-gemv '" + opts.quantGemv + "': expected int8 or f32");
   if (opts.quantGemv == "f32") // read by codegen (KernelEmitter.h): the GEMV over f32 activations
     (*module)->setAttr("llm.gpu_quant_gemv", mlir::StringAttr::get(&context, "f32"));
+  if (opts.gemvL2PrefetchMiB < 0 || opts.gemvL2PrefetchMiB > 4096)
+    return llmrt::invalid_argument("--gemv-l2-prefetch " + std::to_string(opts.gemvL2PrefetchMiB) +
+                                   ": expected 0 to 4096 MiB");
+  // read by codegen (KernelEmitter.h)
+  (*module)->setAttr("llm.gpu_gemv_l2_prefetch_bytes",
+                     mlir::IntegerAttr::get(mlir::IntegerType::get(&context, 64),
+                                            opts.gemvL2PrefetchMiB * (int64_t(1) << 20)));
   auto stats = writePlan(*module, model, wopts, opts.outputPath);
   if (!stats.ok()) {
     std::error_code ec;

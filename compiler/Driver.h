@@ -32,6 +32,9 @@ struct CompileOptions {
   std::string denseGemm = "cublaslt";  ///< --dense-gemm: cublaslt | generated
   std::string quantGemm = "cublaslt";  ///< --quant-gemm: cublaslt | generated
   std::string quantGemv = "int8";      ///< --quant-gemv: int8 (activations, dp4a) | f32
+  /// --gemv-l2-prefetch MiB: the decode GEMV's weight bytes asked of the L2 before its wait on
+  /// the kernel before (codegen LinearParams::l2PrefetchBytes); 0: none.
+  int64_t gemvL2PrefetchMiB = 16;
   std::string cpuKernels = "fast";    ///< reference | fast
   std::string kvCacheDtype = "f32";   ///< f32 | int8
   /// --synthetic-weights SEED: modelPath is a config.json (or its folder); the plan holds no

@@ -174,6 +174,11 @@ int main(int argc, char **argv) {
                       "does, then exact integer block sums in dp4a) or f32 (the f32 input times the "
                       "dequantized weights)")
       ->check(CLI::IsMember({"int8", "f32"}));
+  compile->add_option("--gemv-l2-prefetch", copts.gemvL2PrefetchMiB,
+                      "MiB of weights a GPU decode GEMV asks the L2 for before its wait on the kernel "
+                      "before it (sm_90+, launched overlapped with that kernel: the fetch runs while a norm "
+                      "or the attention leaves the memory bus idle); 0 turns it off (default 16)")
+      ->check(CLI::Range(0, 4096));
   compile->add_option("--weight-layout", copts.weightLayout,
                       "layout of quantized weights: interleaved8 (8 rows per SIMD load, what the fast CPU "
                       "kernels read), row-groups (the checkpoint's blocks row by row; scalar fast kernels) "

@@ -317,6 +317,13 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
                                       model=gptq_model)
     assert gptq_f32["steps_with_int8_activation_gemv"] == gptq_f32["steps_writing_int8_activations"] == 0, gptq_f32
     assert not re.search(rb"llm_quantize_q8_|_q8a_|_q8_[0-9a-f]{12}", gptq_f32_blob)
+    # The decode GEMVs (CUDA cores) ask the L2 for their first weight bytes before waiting on the
+    # kernel before (sm_90), --gemv-l2-prefetch MiB in all (default 16); 0: none of them does.
+    asks = [int(b) for b in re.findall(rb"kPrefetchBlocks = (\d+);", gptq_blob)]
+    assert asks and max(asks) > 0, asks
+    _, off_blob = program("gptq_noprefetch", "--weight-layout", "cuda-mma", "--gemv-l2-prefetch", "0",
+                          model=gptq_model)
+    assert {int(b) for b in re.findall(rb"kPrefetchBlocks = (\d+);", off_blob)} == {0}
     # Every layer's decode attention can do the rope_kv_store before it (plan Step.rope_kernel):
     # one more paged_attention kernel with it inside (one for all layers: the same shapes).
     for prog, blob in ((default, default_blob), (gptq, gptq_blob), (sym, sym_blob)):
@@ -344,6 +351,9 @@ def test_dense_gemm_bad_value_is_a_clean_error(llmc, tmp_path):
     assert "--quant-gemv" in proc.stderr and "fp8" in proc.stderr, proc.stderr
     assert "int8" in proc.stderr and "f32" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "terminate" not in proc.stderr, proc.stderr
+    proc = run([llmc, "compile", TINY / "llama", "-o", out, "--target", "none", "--gemv-l2-prefetch", "-3"])
+    assert proc.returncode > 0, proc
+    assert "--gemv-l2-prefetch" in proc.stderr, proc.stderr
     assert not out.exists()
 
 

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -96,6 +97,48 @@ std::vector<double> attentionRef(const Batch &b, float scale, int window) {
   return out;
 }
 
+/// The per-row kernel's L2 prefetch before its wait (sm_90+; the host emulation logs it): block
+/// i's first item (row, head group, chunk) asks for the K and V rows of its first positions, up to
+/// a tile of 128, one range per cache block (thread t the item's t-th), when a row is whole
+/// 16-byte units; nothing else. Chunks as the file comment of AttentionKernel.cpp says: steps of
+/// up to 32 rows cut a row's positions beyond 256 into up to 32 chunks of whole tiles.
+void expectCachePrefetches(const std::vector<HostKernel::Prefetch> &log, const Batch &b, int window, int grid,
+                           const void *kc, const void *vc, int elemBytes) {
+  using Ask = std::tuple<unsigned, unsigned, unsigned long long, unsigned>;
+  std::vector<Ask> want, got;
+  for (const HostKernel::Prefetch &f : log)
+    got.emplace_back(f.block, f.thread, f.address, f.bytes);
+  int sub = std::min(b.H / b.Hkv, 8);
+  while ((b.H / b.Hkv) % sub)
+    --sub;
+  const int itemsPerRow = b.H / sub, chunks = b.T <= 32 ? 32 : 1;
+  const size_t rowBytes = size_t(b.hd) * elemBytes;
+  for (int id = 0; rowBytes % 16 == 0 && id < std::min(grid, b.T * itemsPerRow * chunks); ++id) {
+    const int chunk = id % chunks, rowItem = id / chunks, row = rowItem / itemsPerRow;
+    const int kvh = rowItem % itemsPerRow * sub / (b.H / b.Hkv);
+    if (row >= b.queryStart[b.S])
+      continue;
+    const int seq = int(std::upper_bound(b.queryStart.begin(), b.queryStart.end(), row) - b.queryStart.begin()) - 1;
+    const int p = b.positions[row], first = window > 0 ? std::max(0, p - window + 1) : 0, len = p - first + 1;
+    int span = len;
+    if (chunks > 1 && len > 256)
+      span = std::max(256, ((len + 31) / 32 + 127) / 128 * 128);
+    if (chunk >= (len + span - 1) / span)
+      continue;
+    const int lo = first + chunk * span, last = std::min({p, lo + span - 1, lo + 127});
+    for (int cb = lo / b.bs; cb <= last / b.bs; ++cb) {
+      const int j0 = std::max(cb * b.bs, lo), j1 = std::min(cb * b.bs + b.bs - 1, last);
+      const size_t r = (size_t(b.blockTables[size_t(seq) * b.maxBlocks + cb]) * b.Hkv + kvh) * b.bs + j0 % b.bs;
+      const unsigned t = unsigned(cb - lo / b.bs), bytes = unsigned((j1 - j0 + 1) * rowBytes);
+      want.emplace_back(id, t, reinterpret_cast<unsigned long long>(kc) + r * rowBytes, bytes);
+      want.emplace_back(id, t, reinterpret_cast<unsigned long long>(vc) + r * rowBytes, bytes);
+    }
+  }
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want) << "the cache rows asked of the L2 before the wait";
+}
+
 void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vector<int> &contexts,
                     const std::vector<int> &rows) {
   SCOPED_TRACE("H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
@@ -133,6 +176,7 @@ void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vecto
   std::vector<float> out(want.size(), 0.0f);
   run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
       b.maxBlocks, b.S, out.data(), b.T, gridFor(*spec, b.T));
+  expectCachePrefetches(k.prefetches(), b, window, gridFor(*spec, b.T), b.kc.data(), b.vc.data(), 4);
   // Rows of padding are unspecified: compare the real rows only.
   const size_t real = size_t(b.queryStart[b.S]) * H * hd;
   std::vector<float> got(out.begin(), out.begin() + real);
@@ -159,6 +203,8 @@ TEST(AttentionKernel, CausalGqaOverPagedBlocks) {
   // Groups above 8 query heads per kv head split into items of a divisor: 12 -> 2 x 6, 9 -> 3 x 3.
   checkAttention(12, 1, 16, 4, 0, {20, 5}, {2, 5});
   checkAttention(18, 2, 8, 4, 0, {9}, {3});
+  // A cache row of 24 bytes: no prefetch (whole 16-byte units only).
+  checkAttention(2, 1, 6, 4, 0, {9, 2}, {1, 2});
 }
 
 TEST(AttentionKernel, LongContextsOfSmallStepsSplitOverBlocks) {
@@ -637,6 +683,8 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
     SCOPED_TRACE("grid " + std::to_string(grid));
     Result got = fresh();
     attend(kFused, true, qkv.data(), got, grid);
+    // (int8: the codes' rows, 16-byte units from head_dim 16 on)
+    expectCachePrefetches(kFused.prefetches(), b, window, grid, got.kc.data(), got.vc.data(), i8 ? 1 : 4);
     EXPECT_EQ(got.kc, want.kc);
     EXPECT_EQ(got.vc, want.vc);
     EXPECT_TRUE(bitEqual(got.ks, want.ks));

@@ -302,8 +302,22 @@ static inline void llmcEmuMmaTf32(float c[4], const unsigned a[4], const unsigne
 }
 
 /// Runs kernel() as a <<<grid, block>>> launch.
+// cp.async.bulk.prefetch.L2 (a hint: nothing to fetch on the host): the emulation logs the
+// ranges a launch asks for, with the asking block and thread, for the tests of what a kernel
+// prefetches (HostKernel::prefetches).
+struct LlmcPrefetch {
+  unsigned block, thread;
+  unsigned long long address;
+  unsigned bytes;
+};
+static std::vector<LlmcPrefetch> llmcPrefetchLog;
+static inline void llmcEmuPrefetchL2(unsigned long long address, unsigned bytes) {
+  llmcPrefetchLog.push_back({blockIdx.x, threadIdx.x, address, bytes});
+}
+
 template <class Kernel> static void llmcLaunch(unsigned grid, unsigned block, Kernel kernel) {
   using namespace llmc_emu;
+  llmcPrefetchLog.clear();
   Scheduler s;
   s.kernel = kernel;
   s.fibers.resize(block);

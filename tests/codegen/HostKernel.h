@@ -34,7 +34,9 @@ public:
         "#include \"HostEmulation.h\"\n" + spec.source +
         "\nextern \"C\" void llmc_host_run(" + params + ", unsigned grid) {\n"
         "  llmcLaunch(grid, " + std::to_string(spec.blockDim[0]) +
-        ", [&] { " + spec.entry + "(" + args + "); });\n}\n";
+        ", [&] { " + spec.entry + "(" + args + "); });\n}\n"
+        "extern \"C\" size_t llmc_host_prefetches(const void **log) {\n"
+        "  *log = llmcPrefetchLog.data();\n  return llmcPrefetchLog.size();\n}\n";
     std::string src = dir_.file("harness.cpp"), lib = dir_.file("harness.so");
     llmc::testing::writeFile(src, harness.data(), harness.size());
     auto r = llmc::testing::runCommand(
@@ -63,6 +65,19 @@ public:
   bool ok() const { return fn_ != nullptr; }
   const std::string &error() const { return error_; }
   template <class Fn> Fn get() const { return reinterpret_cast<Fn>(fn_); }
+  /// The L2 prefetches the last run asked for, in order (HostEmulation.h's LlmcPrefetch).
+  struct Prefetch {
+    unsigned block, thread;
+    unsigned long long address;
+    unsigned bytes;
+  };
+  std::vector<Prefetch> prefetches() const {
+    auto log = reinterpret_cast<size_t (*)(const void **)>(dlsym(handle_, "llmc_host_prefetches"));
+    const void *data = nullptr;
+    const size_t n = log ? log(&data) : 0;
+    const Prefetch *p = static_cast<const Prefetch *>(data);
+    return std::vector<Prefetch>(p, p + n);
+  }
 
 private:
   TempDir dir_;

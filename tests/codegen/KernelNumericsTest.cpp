@@ -50,6 +50,19 @@ std::vector<double> rmsNormRef(const std::vector<float> &x,
   return y;
 }
 
+/// Every block's thread 0 asks the L2 for the norm's weight (whole 16-byte units) before its
+/// wait on the kernel before (sm_90+; the host emulation logs it), and nothing else.
+void expectWeightPrefetch(const HostKernel &k, const std::vector<float> &w, int grid) {
+  const auto log = k.prefetches();
+  ASSERT_EQ(log.size(), size_t(grid));
+  for (int b = 0; b < grid; ++b) {
+    EXPECT_EQ(log[b].block, unsigned(b));
+    EXPECT_EQ(log[b].thread, 0u);
+    EXPECT_EQ(log[b].address, reinterpret_cast<unsigned long long>(w.data()));
+    EXPECT_EQ(log[b].bytes, w.size() * 4 / 16 * 16);
+  }
+}
+
 void checkRmsNorm(int D, int G, float eps) {
   SCOPED_TRACE("D=" + std::to_string(D) + " G=" + std::to_string(G));
   auto spec = llmc::emitRmsNormKernel({D, G, eps});
@@ -67,6 +80,7 @@ void checkRmsNorm(int D, int G, float eps) {
   run(x.data(), w.data(), out.data(), T, gridFor(*spec, T));
   expectNear(out, rmsNormRef(x, w, T, D, G, eps), 2e-6, "rms_norm");
 
+  expectWeightPrefetch(k, w, gridFor(*spec, T));
   // Any grid size gives the same bits (grid-stride loop, fixed order).
   run(x.data(), w.data(), out2.data(), T, 2);
   EXPECT_TRUE(bitEqual(out, out2));
@@ -109,6 +123,7 @@ TEST(KernelNumerics, AddRmsNorm) {
   std::vector<float> w = randomVector(D, 5, 0.5f, 1.5f);
   std::vector<float> normed(x.size()), sum(x.size());
   run(x.data(), r.data(), w.data(), normed.data(), sum.data(), T, T);
+  expectWeightPrefetch(k, w, T);
 
   std::vector<float> wantSum(x.size());
   for (size_t i = 0; i < x.size(); ++i)

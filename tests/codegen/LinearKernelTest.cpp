@@ -620,6 +620,79 @@ TEST(LinearKernel, TensorCoreKernels) {
             std::string::npos);
 }
 
+TEST(LinearKernel, DecodeGemvAsksTheL2ForItsFirstWeightBytes) {
+  // Before its wait on the kernel before (sm_90+), block b of a CUDA-core GEMV asks the L2 for
+  // the weight bytes its first item reads first: quantized, the first l2PrefetchBytes / tiles
+  // bytes (whole 16-byte units) of tile b; dense, the first blocks (up to l2PrefetchBytes in all)
+  // their 4 rows. One thread asks, in pieces of up to 16 KiB, nothing outside the weight; the
+  // tensor-core kernels and l2PrefetchBytes = 0 ask nothing. (The host emulation logs the asks.)
+  struct Case {
+    const char *weight;
+    int n, k;
+    int64_t budget;
+    bool tensorCores;
+    // expected: blocks asking, and each one's byte range [from(b), to(b)) before rounding
+    int blocks;
+    int64_t perBlock; // quantized: bytes from the tile's start; dense: the block's rows' bytes
+  };
+  const int64_t tile512 = 8 * (256 + 4 * 4), tile4096 = 8 * (2048 + 32 * 4); // int4-g128-f16-min
+  for (const Case &c : {Case{"int4-g128-f16-min", 64, 512, 8000, false, 8, 992},
+                        Case{"int4-g128-f16-min", 12, 4096, int64_t(1) << 30, false, 2, tile4096},
+                        Case{"int4-g128-f16-min", 64, 512, 100, false, 0, 0},
+                        Case{"int4-g128-f16-min", 64, 512, 8000, true, 0, 0},
+                        Case{"int4-g128-f16-min", 64, 512, 0, false, 0, 0},
+                        Case{"bf16", 37, 64, 2048, false, 4, 4 * 64 * 2},
+                        Case{"bf16", 37, 64, int64_t(1) << 30, false, 10, 4 * 64 * 2},
+                        Case{"f32", 37, 8192, int64_t(1) << 30, false, 10, 4 * 8192 * 4}}) {
+    llmc::LinearParams p;
+    p.n = c.n;
+    p.k = c.k;
+    p.weight = c.weight;
+    p.tensorCores = c.tensorCores;
+    p.l2PrefetchBytes = c.budget;
+    const bool dense = std::string(c.weight) == "bf16" || std::string(c.weight) == "f32";
+    SCOPED_TRACE(std::string(c.weight) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                 " budget=" + std::to_string(c.budget) + (c.tensorCores ? " tc" : ""));
+    auto spec = llmc::emitLinearKernel(p);
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    HostKernel kernel(*spec, kParams, kArgs);
+    ASSERT_TRUE(kernel.ok()) << kernel.error();
+    const Weight w = dense ? denseWeight(c.weight, c.n, c.k, 5) : quantizedWeight(c.weight, c.n, c.k, 5);
+    const int T = 1;
+    std::vector<float> x = randomVector(size_t(T) * c.k, 6), y(size_t(T) * c.n);
+    for (unsigned grid : {unsigned(gridFor(*spec, T)), 1u}) {
+      kernel.get<LinearFn>()(x.data(), w.bytes.data(), nullptr, nullptr, y.data(), T, grid);
+      const std::vector<HostKernel::Prefetch> log = kernel.prefetches();
+      const unsigned long long base = reinterpret_cast<unsigned long long>(w.bytes.data());
+      const unsigned long long size = w.bytes.size();
+      // What each block should ask for, piece by piece.
+      std::vector<HostKernel::Prefetch> want;
+      for (int b = 0; b < std::min<int>(c.blocks, int(grid)); ++b) {
+        const int64_t from = b * (dense ? c.perBlock : c.k == 512 ? tile512 : tile4096);
+        const unsigned long long to = std::min<unsigned long long>(from + c.perBlock, size);
+        const unsigned long long end = (base + to) & ~15ull;
+        for (unsigned long long a = (base + from + 15) & ~15ull; a < end; a += 16384)
+          want.push_back({unsigned(b), 0u, a, unsigned(std::min<unsigned long long>(end - a, 16384))});
+      }
+      ASSERT_EQ(log.size(), want.size()) << "grid " << grid;
+      for (size_t i = 0; i < log.size(); ++i) {
+        EXPECT_EQ(log[i].block, want[i].block) << i;
+        EXPECT_EQ(log[i].thread, 0u) << i;
+        EXPECT_EQ(log[i].address, want[i].address) << i;
+        EXPECT_EQ(log[i].bytes, want[i].bytes) << i;
+        EXPECT_GE(log[i].address, base);
+        EXPECT_LE(log[i].address + log[i].bytes, base + size);
+        EXPECT_EQ(log[i].address % 16, 0u);
+        EXPECT_EQ(log[i].bytes % 16, 0u);
+      }
+      uint64_t asked = 0;
+      for (const HostKernel::Prefetch &f : log)
+        asked += f.bytes;
+      EXPECT_LE(asked, uint64_t(c.budget));
+    }
+  }
+}
+
 TEST(LinearKernel, EmissionErrors) {
   llmc::LinearParams p;
   p.n = 8;

@@ -365,18 +365,53 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       if (sm == 80) {
         EXPECT_EQ(wait, std::string::npos);
         EXPECT_FALSE(contains(image.ptx, "griddepcontrol"));
+        EXPECT_FALSE(contains(image.ptx, "prefetch")); // nothing overlaps: no prefetch before the kernel
         continue;
       }
       ASSERT_NE(wait, std::string::npos) << "no griddepcontrol.wait in the sm_90 PTX";
       EXPECT_EQ(image.ptx.find("griddepcontrol.wait", wait + 1), std::string::npos) << "more than one wait";
       EXPECT_TRUE(contains(image.ptx.substr(wait), "griddepcontrol.launch_dependents"));
       const std::string before = image.ptx.substr(image.ptx.find(".entry "), wait - image.ptx.find(".entry "));
-      for (const std::regex access : {std::regex("\\bld\\.(?!param)"), std::regex("\\bst\\."),
-                                      std::regex("\\bcp\\.async"), std::regex("\\batom\\."),
+      // The CUDA-core GEMVs ask the L2 for their first weight bytes before the wait (their
+      // weights are never written by a kernel), the norms for their weights, the per-row
+      // attention for its first cache rows
+      // (written by earlier steps; it reads the step's positions and tables for them, which
+      // copies before the step's first kernel wrote) when a row is whole 16-byte units; such a
+      // prefetch is no access, and only they have it.
+      const std::regex prefetch("\\bcp\\.async\\.bulk\\.prefetch\\.L2\\.global\\b");
+      const bool decodeGemv = (spec.family == "linear" || spec.family == "logits") && !contains(spec.entry, "_tc_");
+      const bool rowAttention = spec.family == "paged_attention" && !contains(spec.entry, "_tc_");
+      std::smatch hd;
+      const bool wholeRows = std::regex_search(spec.entry, hd, std::regex("_d(\\d+)_")) &&
+                             std::stoi(hd[1]) * (contains(spec.entry, "_i8") ? 1 : 4) % 16 == 0;
+      const bool norm = spec.family == "rms_norm" || spec.family == "add_rms_norm";
+      EXPECT_EQ(std::regex_search(before, prefetch), decodeGemv || (rowAttention && wholeRows) || norm) << before;
+      EXPECT_FALSE(std::regex_search(image.ptx.substr(wait), prefetch)) << "a prefetch after the wait";
+      if (!rowAttention)
+        EXPECT_FALSE(std::regex_search(before, std::regex("\\bld\\.(?!param)"))) << "a load before the wait:\n" << before;
+      for (const std::regex access : {std::regex("\\bld\\.(?!param|global)"), std::regex("\\bst\\."),
+                                      std::regex("\\bcp\\.async(?!\\.bulk\\.prefetch\\.L2\\.global\\b)"),
+                                      std::regex("\\batom\\."),
                                       std::regex("\\bred\\."), std::regex("\\bldmatrix"),
                                       std::regex("\\bbar\\.")})
         EXPECT_FALSE(std::regex_search(before, access)) << "memory accessed before griddepcontrol.wait:\n"
                                                         << before;
+    }
+  }
+}
+
+TEST_F(NvrtcTest, GemvL2PrefetchCanBeOff) {
+  // llmc compile --gemv-l2-prefetch 0: the decode GEMVs wait first, like every other kernel.
+  for (const char *weight : {"int4-g128-f16-min", "bf16"}) {
+    llmc::LinearParams p{4096, 4096, weight};
+    p.int8Activations = std::string(weight) != "bf16";
+    for (int64_t budget : {int64_t(0), llmc::kDefaultL2PrefetchBytes}) {
+      p.l2PrefetchBytes = budget;
+      auto spec = llmc::emitLinearKernel(p);
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      auto images = llmc::compileKernel(*spec, {"sm_90"});
+      ASSERT_TRUE(images.ok()) << images.status().to_string();
+      EXPECT_EQ(contains((*images)[0].ptx, "cp.async.bulk.prefetch.L2"), budget > 0) << weight << " " << budget;
     }
   }
 }

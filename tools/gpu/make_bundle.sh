@@ -101,6 +101,13 @@ compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target 
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_f32gemv.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \
   --quant-gemv f32
+# Both 8B plans with decode GEMVs that wait before reading any weight (no L2 prefetch while the
+# kernel before them runs): the A/B of --gemv-l2-prefetch.
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_noprefetch.fb" --target "$TARGET" \
+  --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \
+  --gemv-l2-prefetch 0
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16_noprefetch.fb" --target "$TARGET" --weight-dtype bf16 \
+  --max-model-len 4096 --gemv-l2-prefetch 0
 # The int4 plan without tensor-core kernels: prefill on the f32 CUDA-core GEMV (their win, measured).
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_notc.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \

@@ -17,7 +17,9 @@
 #   gemv       int4-g128 decode (batch 1 and 8) on the GEMV over f32 activations, to compare with the
 #              default int8-activation (dp4a) GEMV of the bench stage; and with a quantize_q8
 #              launch before each GEMV (--no-fused-quantize); bf16 decode with each layer's
-#              rope_kv_store launched apart from its attention (--no-rope-in-attention)
+#              rope_kv_store launched apart from its attention (--no-rope-in-attention); both 8B
+#              plans' batch-1 decode with GEMVs that ask the L2 for nothing before their wait on
+#              the kernel before them (plans compiled with --gemv-l2-prefetch 0)
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
@@ -223,7 +225,11 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   fi
 }
 
-if stage gemv 110; then
+if stage gemv 150; then
+  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+    bench_case "$plan, batch-1 decode with GEMVs that prefetch nothing before their wait (--gemv-l2-prefetch 0 plan; the bench above: 16 MiB):" \
+      "${plan}_noprefetch" 100 --pp 0 --tg 64 --batch 0 -r 2
+  done
   bench_case "int4-g128 decode with the GEMV over f32 activations (--quant-gemv f32 plan; the bench above: int8, dp4a):" \
     llama3_8b_int4_g128_f32gemv 100 --pp 0 --tg 64 --batch 8 -r 2
   bench_case "int4-g128 decode with a quantize_q8 kernel before every int8 GEMV (--no-fused-quantize; the bench above: norms and SiLU*mul write them):" \
