@@ -644,10 +644,7 @@ TEST(LinearKernel, DecodeGemvAsksTheL2ForItsFirstWeightBytes) {
                         Case{"bf16", 37, 64, 2048, false, 4, 4 * 64 * 2},
                         Case{"bf16", 37, 64, int64_t(1) << 30, false, 10, 4 * 64 * 2},
                         Case{"f32", 37, 8192, int64_t(1) << 30, false, 10, 4 * 8192 * 4}}) {
-    llmc::LinearParams p;
-    p.n = c.n;
-    p.k = c.k;
-    p.weight = c.weight;
+    llmc::LinearParams p{c.n, c.k, c.weight};
     p.tensorCores = c.tensorCores;
     p.l2PrefetchBytes = c.budget;
     const bool dense = std::string(c.weight) == "bf16" || std::string(c.weight) == "f32";
