@@ -181,6 +181,7 @@ constexpr int kMaxChunks = ${MAX_CHUNKS};
 constexpr int kMinChunk = ${MIN_CHUNK};   // positions, a multiple of kBlock
 constexpr int kPartFloats = kGroup * (kHd + 2); // per chunk: (m, l, acc[kHd]) per head
 constexpr int kScoreBatch = 4;                  // positions a warp scores at a time
+constexpr int kVBatch = 16;                     // V rows a thread loads at a time
 constexpr long long kCountersBytes = ${COUNTERS_BYTES};
 constexpr int kPrefetchRows = ${PREFETCH_ROWS}; // cache positions an item asks the L2 for before its wait
 ${CACHE_READ}${ROPE_CONSTANTS}
@@ -400,12 +401,34 @@ ${LOAD_Q}    float acc[kGroup][kPerThread];
       for (int i = 0; i < kPerThread; ++i) {
         const int d = tid + i * kBlock;
         if (d < kHd) {
-#pragma unroll 8
-          for (int jj = 0; jj < n; ++jj) { // (8 rows' loads in flight; the sums in position order)
-            const float vd = ${V_AT};
+          // kVBatch rows' loads in flight at a time, the sums in position order; the last
+          // n % kVBatch rows as one more batch (past the tile: position 0 again, not summed),
+          // not one load at a time as an unrolled loop's remainder takes them.
+          int j0 = 0;
+          for (; j0 + kVBatch <= n; j0 += kVBatch) {
 #pragma unroll
-            for (int g = 0; g < kGroup; ++g)
-              acc[g][i] += probs[g][jj] * vd;
+            for (int u = 0; u < kVBatch; ++u) {
+              const int jj = j0 + u;
+              const float vd = ${V_AT};
+#pragma unroll
+              for (int g = 0; g < kGroup; ++g)
+                acc[g][i] += probs[g][jj] * vd;
+            }
+          }
+          if (j0 < n) {
+            float vds[kVBatch];
+#pragma unroll
+            for (int u = 0; u < kVBatch; ++u) {
+              const int jj = j0 + u < n ? j0 + u : 0;
+              vds[u] = ${V_AT};
+            }
+#pragma unroll
+            for (int u = 0; u < kVBatch; ++u)
+              if (j0 + u < n) {
+#pragma unroll
+                for (int g = 0; g < kGroup; ++g)
+                  acc[g][i] += probs[g][j0 + u] * vds[u];
+              }
           }
         }
       }
