@@ -206,29 +206,63 @@ constexpr int kTailSubBlocks = (kK % 128) / 32;
 // KiB per warp of int4, 48 KiB at 32 warps: above an H200's ~4.8 TB/s x ~0.8 us / 132 SMs).
 constexpr int kStages = kInt8Activations ? 4 : 3;
 constexpr int kGroupScaleBytes = 8 * kScaleBytes;
-constexpr int kStageScalesAt = 32 * 4 * kW;
-constexpr int kStageOffsetsAt = kStageScalesAt + kSpanGroups * kGroupScaleBytes;
 constexpr int kGroupOffsetBytes = kOffset == 2 ? kGroupScaleBytes : kOffset == 1 ? 8 : 0;
-constexpr int kStageBytes = (kStageOffsetsAt + kSpanGroups * kGroupOffsetBytes + 15) / 16 * 16;
+// A span's scales: each of its groups' 8 rows' scales, then their offsets at kOffsetsRel.
+constexpr int kOffsetsRel = kSpanGroups * kGroupScaleBytes;
+constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes + 15) / 16 * 16;
+// Over int8 activations, where a warp's spans' scales take at most 2 KiB (g128 and wider up to
+// K = 8192 a warp, ...), the warp stages all of them once per item (kItemScales), in its first
+// cp.async group, and a stage holds the codes alone: a span's staging is then one 16-byte copy
+// per lane (the SASS of Llama-3-8B's gate|up at one token: 90 instructions a span instead of
+// 111). Else each stage holds its span's scales after the codes (the f32-activation GEMV keeps
+// that: the item's scales cost its 3- and 4-token paths more spilled registers).
+constexpr int kSpansPerWarp = (kSpans + kWarps - 1) / kWarps;
+constexpr bool kItemScales = kInt8Activations && kSpansPerWarp * kSpanScaleBytes <= 2048;
+constexpr int kStageScalesAt = 32 * 4 * kW;
+constexpr int kStageBytes = kItemScales ? kStageScalesAt : kStageScalesAt + kSpanScaleBytes;
 struct alignas(16) Stage {
   unsigned char b[kStageBytes];
+};
+struct alignas(16) ItemScales {
+  unsigned char b[kItemScales ? kSpansPerWarp * kSpanScaleBytes : 16];
 };
 
 // Copies `bytes` (a multiple of kPiece; kPiece 4, 8 or 16, both addresses kPiece-aligned) from
 // global to shared memory without waiting; cpAsyncCommit() closes a group of copies and
 // cpAsyncWait<N>() waits until at most N groups are pending (the host emulation copies at once).
+// A stage's address as cp.async takes it. Over int8 activations a shared-memory address,
+// converted once per item from the stage's pointer (converted at each copy, the SASS recomputed
+// the shared window for every piece); the f32-activation GEMV keeps the pointer and converts at
+// each copy (converted once, its g32 paths spilled 50-60 bytes instead of 8-28); the host
+// emulation and sm_75 (no cp.async) copy through the pointer.
+#if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+constexpr bool kSharedStageAddr = false;
+#else
+constexpr bool kSharedStageAddr = kInt8Activations;
+#endif
+template <bool kShared> struct StageAddrOf { using type = unsigned char *; };
+template <> struct StageAddrOf<true> { using type = unsigned; };
+using StageAddr = StageAddrOf<kSharedStageAddr>::type;
+__device__ __forceinline__ unsigned sharedAddress(unsigned a) { return a; }
+__device__ __forceinline__ unsigned sharedAddress(unsigned char *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ unsigned char *toStageAddr(unsigned char *p, unsigned char *) { return p; }
+__device__ __forceinline__ unsigned toStageAddr(unsigned char *p, unsigned) { return sharedAddress(p); }
+__device__ __forceinline__ StageAddr stageAddress(unsigned char *p) { return toStageAddr(p, StageAddr()); }
 template <int kPiece>
-__device__ __forceinline__ void cpAsync(unsigned char *dst, const unsigned char *src, int bytes) {
+__device__ __forceinline__ void cpAsync(StageAddr dst, const unsigned char *src, int bytes) {
   for (int o = 0; o < bytes; o += kPiece) {
 #if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800) // no cp.async: copy now
     memcpy(dst + o, src + o, kPiece);
 #else
-    unsigned addr;
-    asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(dst + o));
     if (kPiece == 16)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(src + o) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sharedAddress(dst + o)), "l"(src + o) : "memory");
     else
-      asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(addr), "l"(src + o), "n"(kPiece) : "memory");
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(sharedAddress(dst + o)), "l"(src + o), "n"(kPiece)
+                   : "memory");
 #endif
   }
 }
@@ -243,33 +277,62 @@ template <int N> __device__ __forceinline__ void cpAsyncWait() {
 #endif
 }
 
-// Stages span `span` (M sub-blocks) of the tile at `base`: each lane its codes, lanes 0 .. the
-// group chunks' pieces.
+// Scales (and offsets) of group g: 8 rows' worth at base + g * kGroupScaleBytes, 16-byte aligned
+// within the tile (kOffsetsAt too) and 8-byte aligned in memory. Piece `piece` of the scales (of
+// the offsets) of span `span`'s group gi into a span's scales at `dst` (kSpanScaleBytes).
+constexpr int kScalePiece = kTileBytes % 16 == 0 ? 16 : 8;
+constexpr int kScalePieces = kGroupScaleBytes / kScalePiece;
+constexpr int kOffsetPiece = kOffset == 1 ? 8 : kScalePiece;
+constexpr int kOffsetPieces = kGroupOffsetBytes / kOffsetPiece;
+__device__ __forceinline__ int spanGroup(int span, int gi) {
+  const int k0 = span * 128 + gi * 32;
+  return (k0 < kK ? k0 : span * 128) / kGroup; // a sub-block past K: any valid group
+}
+__device__ __forceinline__ void stageScalePiece(const unsigned char *base, int span, int gi, int piece, StageAddr dst) {
+  cpAsync<kScalePiece>(dst + gi * kGroupScaleBytes + piece * kScalePiece,
+                       base + spanGroup(span, gi) * kGroupScaleBytes + piece * kScalePiece, kScalePiece);
+}
+__device__ __forceinline__ void stageOffsetPiece(const unsigned char *base, int span, int gi, int piece, StageAddr dst) {
+  cpAsync<kOffsetPiece>(dst + kOffsetsRel + gi * kGroupOffsetBytes + piece * kOffsetPiece,
+                        base + kOffsetsAt + spanGroup(span, gi) * kGroupOffsetBytes + piece * kOffsetPiece,
+                        kOffsetPiece);
+}
+
+// Stages span `span` (M sub-blocks) of the tile at `base`: each lane its codes; without
+// kItemScales, lanes 0 .. the group chunks' pieces too.
 template <int M>
-__device__ __forceinline__ void stageSpan(const unsigned char *base, int span, int lane, unsigned char *stage) {
+__device__ __forceinline__ void stageSpan(const unsigned char *base, int span, int lane, StageAddr stage) {
   // Tiles are 8-byte aligned (8 rows of whole bytes each from a 256-byte aligned tensor), 16 where
   // kVectorCodes says so; a lane's codes start at a multiple of 4 m.
   constexpr int kCodePiece = (M * kW) % 16 == 0 && kVectorCodes ? 16 : (M * kW) % 8 == 0 && kCodesAt % 8 == 0 ? 8 : 4;
   cpAsync<kCodePiece>(stage + lane * 4 * kW, base + kCodesAt + span * kSpanBytes + lane * M * kW, M * kW);
-  // Scales (and offsets) of group g: 8 rows' worth at base + g * kGroupScaleBytes, 16-byte aligned
-  // within the tile (kOffsetsAt too) and 8-byte aligned in memory.
-  constexpr int kScalePiece = kTileBytes % 16 == 0 ? 16 : 8;
-  constexpr int kScalePieces = kGroupScaleBytes / kScalePiece;
-  constexpr int kOffsetPiece = kOffset == 1 ? 8 : kScalePiece;
-  constexpr int kOffsetPieces = kGroupOffsetBytes / kOffsetPiece;
+  if (!kItemScales)
 #pragma unroll
-  for (int gi = 0; gi < kSpanGroups; ++gi) {
-    const int k0 = span * 128 + gi * 32;
-    const int g = (k0 < kK ? k0 : span * 128) / kGroup; // a sub-block past K: any valid group
-    if (lane < kScalePieces)
-      cpAsync<kScalePiece>(stage + kStageScalesAt + gi * kGroupScaleBytes + lane * kScalePiece,
-                           base + g * kGroupScaleBytes + lane * kScalePiece, kScalePiece);
-    if (kOffsetPieces > 0 && lane >= 16 && lane < 16 + kOffsetPieces)
-      cpAsync<kOffsetPiece>(stage + kStageOffsetsAt + gi * kGroupOffsetBytes + (lane - 16) * kOffsetPiece,
-                            base + kOffsetsAt + g * kGroupOffsetBytes + (lane - 16) * kOffsetPiece, kOffsetPiece);
+    for (int gi = 0; gi < kSpanGroups; ++gi) {
+      if (lane < kScalePieces)
+        stageScalePiece(base, span, gi, lane, stage + kStageScalesAt);
+      if (kOffsetPieces > 0 && lane >= 16 && lane < 16 + kOffsetPieces)
+        stageOffsetPiece(base, span, gi, lane - 16, stage + kStageScalesAt);
+    }
+}
+// kItemScales: the scales of the warp's spans w, w + kWarps, ... (its i-th at i * kSpanScaleBytes
+// of `dst`), the lanes taking their pieces in turn.
+__device__ __forceinline__ void stageItemScales(const unsigned char *base, int warp, int lane, StageAddr dst) {
+  constexpr int kPerSpan = kSpanGroups * kScalePieces;
+  for (int p = lane; p < kSpansPerWarp * kPerSpan; p += 32) {
+    const int i = p / kPerSpan, span = warp + i * kWarps;
+    if (span < kSpans)
+      stageScalePiece(base, span, p % kPerSpan / kScalePieces, p % kScalePieces, dst + i * kSpanScaleBytes);
+  }
+  constexpr int kPieces = kOffsetPieces > 0 ? kOffsetPieces : 1; // (no offsets: no loop below)
+  constexpr int kOffsetsPerSpan = kSpanGroups * kPieces;
+  for (int p = lane; p < (kOffsetPieces > 0 ? kSpansPerWarp * kOffsetsPerSpan : 0); p += 32) {
+    const int i = p / kOffsetsPerSpan, span = warp + i * kWarps;
+    if (span < kSpans)
+      stageOffsetPiece(base, span, p % kOffsetsPerSpan / kPieces, p % kPieces, dst + i * kSpanScaleBytes);
   }
 }
-__device__ __forceinline__ void stageSpanAny(const unsigned char *base, int span, int lane, unsigned char *stage) {
+__device__ __forceinline__ void stageSpanAny(const unsigned char *base, int span, int lane, StageAddr stage) {
   if (span < kFullSpans)
     stageSpan<4>(base, span, lane, stage);
   else
@@ -372,21 +435,21 @@ __device__ __forceinline__ void spanWords(const unsigned char *stage, int lane, 
   }
 }
 
-// The M sub-blocks of the span staged at `stage`.
+// The M sub-blocks of the span staged at `stage`, its scales at `sc`.
 template <int NT, int M>
-__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const float *x, const int xrow[NT], int span,
-                                         int lane, int n, int q, float acc[NT]) {
+__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsigned char *sc, const float *x,
+                                         const int xrow[NT], int span, int lane, int n, int q, float acc[NT]) {
   unsigned words[kW];
   spanWords<M>(stage, lane, words);
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     const int gi = kGroupPerSpan ? 0 : j;
-    const float d = stagedScale(stage + kStageScalesAt + gi * kGroupScaleBytes, n);
+    const float d = stagedScale(sc + gi * kGroupScaleBytes, n);
     float lo;
     if (kOffset == 2)
-      lo = stagedScale(stage + kStageOffsetsAt + gi * kGroupOffsetBytes, n);
+      lo = stagedScale(sc + kOffsetsRel + gi * kGroupOffsetBytes, n);
     else if (kOffset == 1)
-      lo = -d * (float)stage[kStageOffsetsAt + gi * kGroupOffsetBytes + n];
+      lo = -d * (float)sc[kOffsetsRel + gi * kGroupOffsetBytes + n];
     else
       lo = kBits == 4 ? -8.0f * d : -128.0f * d;
     gemvSubBlock<NT>(words + j * (kW / 4), d, lo, x, xrow, span * 128 + j * 32, q, acc);
@@ -427,9 +490,9 @@ __device__ __forceinline__ float smallIntToFloat(int i) {
 // magnitude), then acc += (d_w * d_x) * p as the CPU's fast contract sums (its fmaf over the
 // sub-blocks, here split over lanes and warps). The offsets: lane q adds lo * s of sub-block q.
 template <int NT, int M>
-__device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const unsigned char *xq,
-                                           const int xrow[NT], int span, int lane, int n, int q,
-                                           float acc[NT]) {
+__device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const unsigned char *sc,
+                                           const unsigned char *xq, const int xrow[NT], int span, int lane,
+                                           int n, int q, float acc[NT]) {
   unsigned words[kW];
   spanWords<M>(stage, lane, words);
   // The codes as dp4a operands in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17
@@ -445,17 +508,17 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
       ca[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
       cb[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
     }
-    d[j] = stagedScale(stage + kStageScalesAt + (kGroupPerSpan ? 0 : j) * kGroupScaleBytes, n);
+    d[j] = stagedScale(sc + (kGroupPerSpan ? 0 : j) * kGroupScaleBytes, n);
   }
   float lo = 0.0f; // sub-block q's offset
   const bool offset = !kSignedCodes && q < M;
   if (offset) {
     const int gi = kGroupPerSpan ? 0 : q;
-    const float dq = kGroupPerSpan ? d[0] : stagedScale(stage + kStageScalesAt + gi * kGroupScaleBytes, n);
+    const float dq = kGroupPerSpan ? d[0] : stagedScale(sc + gi * kGroupScaleBytes, n);
     if (kOffset == 2)
-      lo = stagedScale(stage + kStageOffsetsAt + gi * kGroupOffsetBytes, n);
+      lo = stagedScale(sc + kOffsetsRel + gi * kGroupOffsetBytes, n);
     else if (kOffset == 1)
-      lo = -dq * (float)stage[kStageOffsetsAt + gi * kGroupOffsetBytes + n];
+      lo = -dq * (float)sc[kOffsetsRel + gi * kGroupOffsetBytes + n];
     else
       lo = -8.0f * dq;
   }
@@ -490,7 +553,8 @@ template <int NT>
 __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int *__restrict__ rows,
                                          const unsigned char *base, const float *__restrict__ bias,
                                          float *__restrict__ y, int t0, int tile, int lane, int n, int q,
-                                         int warp, float (*part)[8][kTokens], Stage *stages) {
+                                         int warp, float (*part)[8][kTokens], Stage *stages,
+                                         ItemScales *scales) {
   int xrow[NT]; // x rows (indices, not pointers: half the registers)
   float acc[NT];
 #pragma unroll
@@ -500,10 +564,14 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
   }
   // One commit per span slot, empty past the warp's last span, so that "all but kStages - 1
   // groups done" always means "the oldest span is in".
+  const StageAddr stage0 = stageAddress(stages[0].b); // slot s at stage0 + s * sizeof(Stage)
+  auto slotAddress = [&](int s) { return stage0 + s * (int)sizeof(Stage); };
+  if (kItemScales)
+    stageItemScales(base, warp, lane, stageAddress(scales->b));
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (warp + s * kWarps < kSpans)
-      stageSpanAny(base, warp + s * kWarps, lane, stages[s].b);
+      stageSpanAny(base, warp + s * kWarps, lane, slotAddress(s));
     cpAsyncCommit();
   }
   int slot = 0;
@@ -511,19 +579,21 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
     const int ahead = span + (kStages - 1) * kWarps;
     const int aheadSlot = slot == 0 ? kStages - 1 : slot - 1; // the slot read one span ago
     if (ahead < kSpans)
-      stageSpanAny(base, ahead, lane, stages[aheadSlot].b);
+      stageSpanAny(base, ahead, lane, slotAddress(aheadSlot));
     cpAsyncCommit();
     cpAsyncWait<kStages - 1>();
     __syncwarp(); // the other lanes' copies (scales) are in
     const unsigned char *xq = reinterpret_cast<const unsigned char *>(x);
+    const unsigned char *sc = // (the warp's span i = (span - warp) / kWarps)
+        kItemScales ? scales->b + (span - warp) / kWarps * kSpanScaleBytes : stages[slot].b + kStageScalesAt;
     if (kInt8Activations && span < kFullSpans)
-      gemvSpanQ8<NT, 4>(stages[slot].b, xq, xrow, span, lane, n, q, acc);
+      gemvSpanQ8<NT, 4>(stages[slot].b, sc, xq, xrow, span, lane, n, q, acc);
     else if (kInt8Activations)
-      gemvSpanQ8<NT, kTailSubBlocks>(stages[slot].b, xq, xrow, span, lane, n, q, acc);
+      gemvSpanQ8<NT, kTailSubBlocks>(stages[slot].b, sc, xq, xrow, span, lane, n, q, acc);
     else if (span < kFullSpans)
-      gemvSpan<NT, 4>(stages[slot].b, x, xrow, span, lane, n, q, acc);
+      gemvSpan<NT, 4>(stages[slot].b, sc, x, xrow, span, lane, n, q, acc);
     else
-      gemvSpan<NT, kTailSubBlocks>(stages[slot].b, x, xrow, span, lane, n, q, acc);
+      gemvSpan<NT, kTailSubBlocks>(stages[slot].b, sc, x, xrow, span, lane, n, q, acc);
     __syncwarp(); // every lane is done with the slot before it is refilled
     slot = slot == kStages - 1 ? 0 : slot + 1;
   }
@@ -603,6 +673,7 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
   // CUDA cores: a block per item (tile, token chunk), its warps splitting K.
   __shared__ float part[kWarps][8][kTokens];
   __shared__ Stage stages[kWarps][kStages];
+  __shared__ ItemScales scales[kWarps];
   const long long chunks = ((long long)T + kTokens - 1) / kTokens;
   const long long items = chunks * kTiles;
   for (long long item = blockIdx.x; item < items; item += gridDim.x) {
@@ -613,13 +684,13 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
     // Only the chunk's real rows are computed (a batch of 1 does a quarter of the work).
     const int nt = T - t0 < kTokens ? T - t0 : kTokens;
     if (nt >= 4)
-      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
+      gemvItem<4>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp], &scales[warp]);
     else if (nt == 3)
-      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
+      gemvItem<3>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp], &scales[warp]);
     else if (nt == 2)
-      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
+      gemvItem<2>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp], &scales[warp]);
     else
-      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp]);
+      gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp], &scales[warp]);
   }
 }
 )cuda";

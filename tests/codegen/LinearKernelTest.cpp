@@ -159,7 +159,10 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
                         // two spans ahead), g64 (two groups per span) with a short last span,
                         // int8-g128 sym over 4 spans
                         Case{"int4-g128-f16-min", 16, 640}, Case{"int4-g64-f16-zp", 9, 320},
-                        Case{"int8-g128-bf16-sym", 8, 512}}) {
+                        Case{"int8-g128-bf16-sym", 8, 512},
+                        // a warp's scales past 2 KiB (98 spans over 8 warps, 160 bytes of f32 scales
+                        // and zero points a span): staged with each span, not once per item
+                        Case{"int8-g32-f32-zp", 8, 12448}}) {
     llmc::LinearParams p;
     p.n = c.n;
     p.k = c.k;
@@ -364,7 +367,9 @@ TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
                         Case{"int4-row-f32-sym", 7, 64, 5, false}, Case{"int4-g128-f16-min", 16, 640, 1, false},
                         Case{"int4-g64-f16-zp", 9, 320, 6, false}, Case{"int8-g128-bf16-sym", 8, 512, 6, false},
                         Case{"int4-g32-f16-min", 20, 1056, 2, false}, Case{"int4-g32-f16-min", 96, 32, 6, false},
-                        Case{"int4-g32-f16-zp", 64, 64, 5, true}}) {
+                        Case{"int4-g32-f16-zp", 64, 64, 5, true},
+                        // scales staged with each span (see QuantizedFormatsInTheMmaLayout)
+                        Case{"int8-g32-f32-zp", 8, 12448, 2, false}}) {
     SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                  " T=" + std::to_string(c.T));
     llmc::LinearParams p;
