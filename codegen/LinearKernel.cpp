@@ -213,8 +213,8 @@ constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes +
 // Over int8 activations, where a warp's spans' scales take at most 2 KiB (g128 and wider up to
 // K = 8192 a warp, ...), the warp stages all of them once per item (kItemScales), in its first
 // cp.async group, and a stage holds the codes alone: a span's staging is then one 16-byte copy
-// per lane (the SASS of Llama-3-8B's gate|up at one token: 90 instructions a span instead of
-// 111). Else each stage holds its span's scales after the codes (the f32-activation GEMV keeps
+// per lane (with the stage addresses below, nvdisasm of Llama-3-8B's gate|up at one token: 92
+// instructions a span instead of 127). Else each stage holds its span's scales after the codes (the f32-activation GEMV keeps
 // that: the item's scales cost its 3- and 4-token paths more spilled registers).
 constexpr int kSpansPerWarp = (kSpans + kWarps - 1) / kWarps;
 constexpr bool kItemScales = kInt8Activations && kSpansPerWarp * kSpanScaleBytes <= 2048;
@@ -227,9 +227,6 @@ struct alignas(16) ItemScales {
   unsigned char b[kItemScales ? kSpansPerWarp * kSpanScaleBytes : 16];
 };
 
-// Copies `bytes` (a multiple of kPiece; kPiece 4, 8 or 16, both addresses kPiece-aligned) from
-// global to shared memory without waiting; cpAsyncCommit() closes a group of copies and
-// cpAsyncWait<N>() waits until at most N groups are pending (the host emulation copies at once).
 // A stage's address as cp.async takes it. Over int8 activations a shared-memory address,
 // converted once per item from the stage's pointer (converted at each copy, the SASS recomputed
 // the shared window for every piece); the f32-activation GEMV keeps the pointer and converts at
@@ -252,6 +249,9 @@ __device__ __forceinline__ unsigned sharedAddress(unsigned char *p) {
 __device__ __forceinline__ unsigned char *toStageAddr(unsigned char *p, unsigned char *) { return p; }
 __device__ __forceinline__ unsigned toStageAddr(unsigned char *p, unsigned) { return sharedAddress(p); }
 __device__ __forceinline__ StageAddr stageAddress(unsigned char *p) { return toStageAddr(p, StageAddr()); }
+// Copies `bytes` (a multiple of kPiece; kPiece 4, 8 or 16, both addresses kPiece-aligned) from
+// global to shared memory without waiting; cpAsyncCommit() closes a group of copies and
+// cpAsyncWait<N>() waits until at most N groups are pending (the host emulation copies at once).
 template <int kPiece>
 __device__ __forceinline__ void cpAsync(StageAddr dst, const unsigned char *src, int bytes) {
   for (int o = 0; o < bytes; o += kPiece) {
