@@ -3,7 +3,8 @@
 # network or toolchain: a self-contained llmrt (its shared libraries beside it, glibc excepted)
 # and small plans compiled here for sm_90 (H100/H200). Big models do not travel: the
 # Llama-3-8B-shaped plans carry no weights (llmc --synthetic-weights), llmrt generates them at
-# load. Writes gpu-bundle/ (git-ignored, well under the 64 MiB a device run may carry).
+# load. Writes gpu-bundle/ and gpu-bundle.tar.xz (both git-ignored; the archive is what travels:
+# with the tracked files it stays well under the 64 MiB a device run may carry).
 #
 #   tools/gpu/make_bundle.sh [--target sm_90]
 set -euo pipefail
@@ -188,3 +189,11 @@ kill -TERM $SERVE; wait $SERVE || true
 cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
    "$ROOT/tools/gpu/serve_check.py" "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"
 du -sh "$OUT"
+# What travels: the bundle compressed (the plans' PTX and CUBIN shrink ~3.5x), since the device
+# run carries the working tree (~19 MiB tracked) plus this within 64 MiB, which the bundle itself
+# (~60 MiB) no longer fits. On the device: tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh
+# (Python's tarfile reads it too where xz is missing).
+rm -f "$ROOT/gpu-bundle.tar.xz"
+XZ_OPT='-6 -T0' tar -C "$ROOT" -cJf "$ROOT/gpu-bundle.tar.xz" gpu-bundle
+du -sh "$ROOT/gpu-bundle.tar.xz"
+echo "carry gpu-bundle.tar.xz; on the device: tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh"

@@ -31,7 +31,7 @@
 #   hfcompiled transformers under torch.compile with a static cache
 # Results: $OUT/results.md (a table of every figure) and $OUT/raw.tgz (logs and JSON).
 #
-#   bash gpu-bundle/run_checks.sh
+#   tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh   (the archive make_bundle.sh writes travels)
 #   CHECK_BUDGET_S=300 CHECKS="diff bench" bash gpu-bundle/run_checks.sh   (a budget, some stages)
 set -uo pipefail
 cd "$(dirname "$0")/.."
