@@ -296,7 +296,8 @@ namespace {
 //
 // Before its wait a kernel may only ask the L2 for bytes that no kernel of the step writes before
 // it (a GEMV's weights, the cache rows of earlier steps): llmcPrefetchL2 (cp.async.bulk.prefetch.L2,
-// sm_90+, a hint nothing waits for; p and bytes multiples of 16). The host emulation logs it.
+// sm_90+, a hint nothing waits for; p and bytes multiples of 16), in pieces of at most 16 KiB (the
+// PTX ISA states no largest size; no piece depends on one). The host emulation logs the pieces.
 constexpr const char *kGridDependency = R"cuda(
 __device__ __forceinline__ void llmcGridDependencyWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -305,10 +306,16 @@ __device__ __forceinline__ void llmcGridDependencyWait() {
 #endif
 }
 __device__ __forceinline__ void llmcPrefetchL2(const void *p, unsigned bytes) {
+#if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+  for (unsigned o = 0; o < bytes; o += 16384) {
+    const unsigned n = bytes - o < 16384 ? bytes - o : 16384;
 #if defined(LLMC_HOST_EMULATION)
-  llmcEmuPrefetchL2(reinterpret_cast<unsigned long long>(p), bytes);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+    llmcEmuPrefetchL2(reinterpret_cast<unsigned long long>(p) + o, n);
+#else
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + o), "r"(n)
+                 : "memory");
+#endif
+  }
 #endif
 }
 )cuda";

@@ -68,17 +68,16 @@ constexpr long long kPrefetchBytes = ${PREFETCH_BYTES};
 constexpr long long kWeightSize = ${WEIGHT_SIZE};
 
 // Bytes [from, to) of the weight at w (cut to whole 16-byte units inside it) asked of the L2
-// (llmcPrefetchL2, in pieces of 16 KiB) by the calling thread: a GEMV's weights are never written
-// by a kernel, so it may ask before its wait, while the kernel before (a norm, the attention)
-// leaves the memory bus idle. sm_90+, where the runtime launches a kernel while the one before
-// it runs; elsewhere nothing (the host emulation logs the pieces).
+// (llmcPrefetchL2) by the calling thread: a GEMV's weights are never written by a kernel, so it
+// may ask before its wait, while the kernel before (a norm, the attention) leaves the memory bus
+// idle. sm_90+, where the runtime launches a kernel while the one before it runs; elsewhere
+// nothing (the host emulation logs the pieces).
 __device__ __forceinline__ void prefetchWeightL2(const unsigned char *w, long long from, long long to) {
-#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(LLMC_HOST_EMULATION)
   const unsigned long long base = reinterpret_cast<unsigned long long>(w);
+  const unsigned long long begin = (base + from + 15) & ~15ull;
   const unsigned long long end = (base + (to < kWeightSize ? to : kWeightSize)) & ~15ull;
-  for (unsigned long long a = (base + from + 15) & ~15ull; a < end; a += 16384)
-    llmcPrefetchL2(reinterpret_cast<const void *>(a), end - a < 16384 ? (unsigned)(end - a) : 16384u);
-#endif
+  if (begin < end)
+    llmcPrefetchL2(reinterpret_cast<const void *>(begin), (unsigned)(end - begin));
 }
 } // namespace
 )cuda";

@@ -99,8 +99,8 @@ std::vector<double> attentionRef(const Batch &b, float scale, int window) {
 
 /// The per-row kernel's L2 prefetch before its wait (sm_90+; the host emulation logs it): block
 /// i's first item (row, head group, chunk) asks for the K and V rows of its first positions, up to
-/// a tile of 128, one range per cache block (thread t the item's t-th), when a row is whole
-/// 16-byte units; nothing else. Chunks as the file comment of AttentionKernel.cpp says: steps of
+/// a tile of 128, one range per cache block (thread t the item's t-th; pieces of at most 16 KiB),
+/// when a row is whole 16-byte units; nothing else. Chunks as the file comment of AttentionKernel.cpp says: steps of
 /// up to 32 rows cut a row's positions beyond 256 into up to 32 chunks of whole tiles.
 void expectCachePrefetches(const std::vector<HostKernel::Prefetch> &log, const Batch &b, int window, int grid,
                            const void *kc, const void *vc, int elemBytes) {
@@ -130,8 +130,10 @@ void expectCachePrefetches(const std::vector<HostKernel::Prefetch> &log, const B
       const int j0 = std::max(cb * b.bs, lo), j1 = std::min(cb * b.bs + b.bs - 1, last);
       const size_t r = (size_t(b.blockTables[size_t(seq) * b.maxBlocks + cb]) * b.Hkv + kvh) * b.bs + j0 % b.bs;
       const unsigned t = unsigned(cb - lo / b.bs), bytes = unsigned((j1 - j0 + 1) * rowBytes);
-      want.emplace_back(id, t, reinterpret_cast<unsigned long long>(kc) + r * rowBytes, bytes);
-      want.emplace_back(id, t, reinterpret_cast<unsigned long long>(vc) + r * rowBytes, bytes);
+      for (const void *cache : {kc, vc})
+        for (unsigned o = 0; o < bytes; o += 16384) // pieces of at most 16 KiB
+          want.emplace_back(id, t, reinterpret_cast<unsigned long long>(cache) + r * rowBytes + o,
+                            std::min(bytes - o, 16384u));
     }
   }
   std::sort(want.begin(), want.end());
@@ -205,6 +207,8 @@ TEST(AttentionKernel, CausalGqaOverPagedBlocks) {
   checkAttention(18, 2, 8, 4, 0, {9}, {3});
   // A cache row of 24 bytes: no prefetch (whole 16-byte units only).
   checkAttention(2, 1, 6, 4, 0, {9, 2}, {1, 2});
+  // Cache blocks of 64 rows of 512 bytes: a block's rows asked in two pieces.
+  checkAttention(4, 2, 128, 64, 0, {100}, {1});
 }
 
 TEST(AttentionKernel, LongContextsOfSmallStepsSplitOverBlocks) {
