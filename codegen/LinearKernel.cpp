@@ -212,9 +212,10 @@ constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes +
 // Over int8 activations, where a warp's spans' scales take at most 2 KiB (g128 and wider up to
 // K = 8192 a warp, ...), the warp stages all of them once per item (kItemScales), in its first
 // cp.async group, and a stage holds the codes alone: a span's staging is then one 16-byte copy
-// per lane (with the stage addresses below, nvdisasm of Llama-3-8B's gate|up at one token: 92
-// instructions a span instead of 127). Else each stage holds its span's scales after the codes (the f32-activation GEMV keeps
-// that: the item's scales cost its 3- and 4-token paths more spilled registers).
+// per lane (with the stage addresses below, nvdisasm of Llama-3-8B's gate|up at one token: 90
+// instructions a span instead of 127). Else each stage holds its span's scales after the codes
+// (the f32-activation GEMV keeps that: with the item's scales its g128 kernels spilled 24-40
+// bytes instead of 8).
 constexpr int kSpansPerWarp = (kSpans + kWarps - 1) / kWarps;
 constexpr bool kItemScales = kInt8Activations && kSpansPerWarp * kSpanScaleBytes <= 2048;
 constexpr int kStageScalesAt = 32 * 4 * kW;
@@ -229,7 +230,7 @@ struct alignas(16) ItemScales {
 // A stage's address as cp.async takes it. Over int8 activations a shared-memory address,
 // converted once per item from the stage's pointer (converted at each copy, the SASS recomputed
 // the shared window for every piece); the f32-activation GEMV keeps the pointer and converts at
-// each copy (converted once, its g32 paths spilled 50-60 bytes instead of 8-28); the host
+// each copy (converted once, its g128 kernels spilled 48 bytes instead of 8 on sm_90); the host
 // emulation and sm_75 (no cp.async) copy through the pointer.
 #if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
 constexpr bool kSharedStageAddr = false;
@@ -574,7 +575,7 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
     cpAsyncCommit();
   }
   int slot = 0;
-  for (int span = warp; span < kSpans; span += kWarps) {
+  for (int span = warp, i = 0; span < kSpans; span += kWarps, ++i) { // the warp's i-th span
     const int ahead = span + (kStages - 1) * kWarps;
     const int aheadSlot = slot == 0 ? kStages - 1 : slot - 1; // the slot read one span ago
     if (ahead < kSpans)
@@ -583,8 +584,7 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
     cpAsyncWait<kStages - 1>();
     __syncwarp(); // the other lanes' copies (scales) are in
     const unsigned char *xq = reinterpret_cast<const unsigned char *>(x);
-    const unsigned char *sc = // (the warp's span i = (span - warp) / kWarps)
-        kItemScales ? scales->b + (span - warp) / kWarps * kSpanScaleBytes : stages[slot].b + kStageScalesAt;
+    const unsigned char *sc = kItemScales ? scales->b + i * kSpanScaleBytes : stages[slot].b + kStageScalesAt;
     if (kInt8Activations && span < kFullSpans)
       gemvSpanQ8<NT, 4>(stages[slot].b, sc, xq, xrow, span, lane, n, q, acc);
     else if (kInt8Activations)

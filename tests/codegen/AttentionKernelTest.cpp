@@ -97,6 +97,18 @@ std::vector<double> attentionRef(const Batch &b, float scale, int window) {
   return out;
 }
 
+/// The attention of H query heads over Hkv kv heads of hd dimensions, blocks of bs positions,
+/// scaled by 1 / sqrt(hd).
+llmc::AttentionParams attentionParams(int H, int Hkv, int hd, int bs, const std::string &kv = "f32",
+                                      int window = 0) {
+  llmc::AttentionParams p;
+  p.cache = {Hkv, hd, bs, kv};
+  p.numHeads = H;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.slidingWindow = window;
+  return p;
+}
+
 /// The per-row kernel's L2 prefetch before its wait (sm_90+; the host emulation logs it): block
 /// i's first item (row, head group, chunk) asks for the K and V rows of its first positions, up to
 /// a tile of 128, one range per cache block (thread t the item's t-th; pieces of at most 16 KiB),
@@ -145,11 +157,7 @@ void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vecto
                     const std::vector<int> &rows) {
   SCOPED_TRACE("H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
                " bs=" + std::to_string(bs) + " window=" + std::to_string(window));
-  llmc::AttentionParams p;
-  p.cache = {Hkv, hd, bs, "f32"};
-  p.numHeads = H;
-  p.scale = 1.0f / std::sqrt(float(hd));
-  p.slidingWindow = window;
+  llmc::AttentionParams p = attentionParams(H, Hkv, hd, bs, "f32", window);
   auto spec = llmc::emitPagedAttentionKernel(p);
   ASSERT_TRUE(spec.ok()) << spec.status().to_string();
   HostKernel k(*spec,
@@ -241,10 +249,7 @@ TEST(AttentionKernel, Int8OutputRowsAreTheCpuQuantizationOfTheOutput) {
   for (const int hd : {32, 64}) {
     SCOPED_TRACE("head_dim " + std::to_string(hd));
     const int H = 4, Hkv = 2;
-    llmc::AttentionParams p;
-    p.cache = {Hkv, hd, 16, "f32"};
-    p.numHeads = H;
-    p.scale = 1.0f / std::sqrt(float(hd));
+    llmc::AttentionParams p = attentionParams(H, Hkv, hd, 16);
     auto plain = llmc::emitPagedAttentionKernel(p);
     p.quantizedOutput = true;
     auto q8 = llmc::emitPagedAttentionKernel(p);
@@ -290,11 +295,7 @@ void checkTiled(int H, int Hkv, int hd, int bs, int window, const std::vector<in
                 const std::vector<int> &rows, const std::string &kv = "f32") {
   SCOPED_TRACE("tiled H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
                " bs=" + std::to_string(bs) + " window=" + std::to_string(window) + " " + kv);
-  llmc::AttentionParams p;
-  p.cache = {Hkv, hd, bs, kv};
-  p.numHeads = H;
-  p.scale = 1.0f / std::sqrt(float(hd));
-  p.slidingWindow = window;
+  llmc::AttentionParams p = attentionParams(H, Hkv, hd, bs, kv, window);
   p.tensorCores = true;
   ASSERT_TRUE(llmc::tiledAttentionApplies(p));
   auto spec = llmc::emitPagedAttentionKernel(p);
@@ -575,11 +576,7 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
   const int bs = 16;
   const bool i8 = kv == "int8";
   const llmc::RopeParams rope = llama3Rope(style, H, hd);
-  llmc::AttentionParams p;
-  p.cache = {Hkv, hd, bs, kv};
-  p.numHeads = H;
-  p.scale = 1.0f / std::sqrt(float(hd));
-  p.slidingWindow = window;
+  llmc::AttentionParams p = attentionParams(H, Hkv, hd, bs, kv, window);
   p.quantizedOutput = q8;
   auto plain = llmc::emitPagedAttentionKernel(p);
   p.rope = rope;
