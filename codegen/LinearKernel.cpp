@@ -209,15 +209,14 @@ constexpr int kGroupOffsetBytes = kOffset == 2 ? kGroupScaleBytes : kOffset == 1
 // A span's scales: each of its groups' 8 rows' scales, then their offsets at kOffsetsRel.
 constexpr int kOffsetsRel = kSpanGroups * kGroupScaleBytes;
 constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes + 15) / 16 * 16;
-// Over int8 activations, where a warp's spans' scales take at most 2 KiB (g128 and wider up to
-// K = 8192 a warp, ...), the warp stages all of them once per item (kItemScales), in its first
-// cp.async group, and a stage holds the codes alone: a span's staging is then one 16-byte copy
-// per lane (with the stage addresses below, nvdisasm of Llama-3-8B's gate|up at one token: 90
-// instructions a span instead of 127). Else each stage holds its span's scales after the codes
-// (the f32-activation GEMV keeps that: with the item's scales its g128 kernels spilled 24-40
-// bytes instead of 8).
+// Where a warp's spans' scales take at most 2 KiB (g128 and wider up to K = 8192 a warp, ...),
+// the warp stages all of them once per item (kItemScales), as a cp.async group of their own, and
+// a stage holds the codes alone: a span's staging is then one 16-byte copy per lane (nvdisasm of
+// Llama-3-8B's gate|up, int8 activations at one token: 90 instructions a span instead of 127),
+// and a lane reads only what it copied itself. Else each stage holds its span's scales after the
+// codes, copied by some of the lanes.
 constexpr int kSpansPerWarp = (kSpans + kWarps - 1) / kWarps;
-constexpr bool kItemScales = kInt8Activations && kSpansPerWarp * kSpanScaleBytes <= 2048;
+constexpr bool kItemScales = kSpansPerWarp * kSpanScaleBytes <= 2048;
 constexpr int kStageScalesAt = 32 * 4 * kW;
 constexpr int kStageBytes = kItemScales ? kStageScalesAt : kStageScalesAt + kSpanScaleBytes;
 struct alignas(16) Stage {
@@ -227,15 +226,15 @@ struct alignas(16) ItemScales {
   unsigned char b[kItemScales ? kSpansPerWarp * kSpanScaleBytes : 16];
 };
 
-// A stage's address as cp.async takes it. Over int8 activations a shared-memory address,
-// converted once per item from the stage's pointer (converted at each copy, the SASS recomputed
-// the shared window for every piece); the f32-activation GEMV keeps the pointer and converts at
-// each copy (converted once, its g128 kernels spilled 48 bytes instead of 8 on sm_90); the host
-// emulation and sm_75 (no cp.async) copy through the pointer.
+// A stage's address as cp.async takes it: a shared-memory address, converted once per item from
+// the stage's pointer (converted at each copy, the SASS recomputed the shared window for every
+// piece); the host emulation and sm_75 (no cp.async) copy through the pointer. (The
+// f32-activation GEMV once converted at each copy: in a loop of one span per iteration, converting
+// once spilled more; in gemvItem's loop of kStages spans it spills less, never in a span loop.)
 #if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
 constexpr bool kSharedStageAddr = false;
 #else
-constexpr bool kSharedStageAddr = kInt8Activations;
+constexpr bool kSharedStageAddr = true;
 #endif
 template <bool kShared> struct StageAddrOf { using type = unsigned char *; };
 template <> struct StageAddrOf<true> { using type = unsigned; };
@@ -333,7 +332,7 @@ __device__ __forceinline__ void stageItemScales(const unsigned char *base, int w
   }
 }
 __device__ __forceinline__ void stageSpanAny(const unsigned char *base, int span, int lane, StageAddr stage) {
-  if (span < kFullSpans)
+  if (kTailSubBlocks == 0 || span < kFullSpans)
     stageSpan<4>(base, span, lane, stage);
   else
     stageSpan<kTailSubBlocks>(base, span, lane, stage);
@@ -537,7 +536,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
       a = fmaf(d[j] * __uint_as_float(sc.u[j]), smallIntToFloat(p), a);
     }
     if (offset)
-      a = fmaf(lo, reinterpret_cast<const float *>(row + kQ8SumsAt)[span * 4 + q], a);
+      a = fmaf(lo, *reinterpret_cast<const float *>(row + kQ8SumsAt + span * 16 + 4 * q), a);
     acc[i] = a;
   }
 }
@@ -566,36 +565,60 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
   // groups done" always means "the oldest span is in".
   const StageAddr stage0 = stageAddress(stages[0].b); // slot s at stage0 + s * sizeof(Stage)
   auto slotAddress = [&](int s) { return stage0 + s * (int)sizeof(Stage); };
-  if (kItemScales)
+  if (kItemScales) {
     stageItemScales(base, warp, lane, stageAddress(scales->b));
+    cpAsyncCommit(); // a group of their own, waited for once the spans' copies are asked for
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (warp + s * kWarps < kSpans)
       stageSpanAny(base, warp + s * kWarps, lane, slotAddress(s));
     cpAsyncCommit();
   }
-  int slot = 0;
-  for (int span = warp, i = 0; span < kSpans; span += kWarps, ++i) { // the warp's i-th span
+  if (kItemScales) {
+    cpAsyncWait<kStages - 1>(); // the scales' group, the oldest
+    __syncwarp();               // the other lanes' pieces of it are in too
+  }
+  // The warp's i-th span, staged in slot s = i % kStages. With the item's scales staged once, a
+  // lane reads only the codes it copied itself (visible to it after its wait): no __syncwarp per
+  // span; else the span's scales come from other lanes' copies.
+  auto spanStep = [&](int i, int s) {
+    const int span = warp + i * kWarps;
     const int ahead = span + (kStages - 1) * kWarps;
-    const int aheadSlot = slot == 0 ? kStages - 1 : slot - 1; // the slot read one span ago
-    if (ahead < kSpans)
-      stageSpanAny(base, ahead, lane, slotAddress(aheadSlot));
+    if (ahead < kSpans) // into the slot read one span ago
+      stageSpanAny(base, ahead, lane, slotAddress((s + kStages - 1) % kStages));
     cpAsyncCommit();
     cpAsyncWait<kStages - 1>();
-    __syncwarp(); // the other lanes' copies (scales) are in
+    if (!kItemScales)
+      __syncwarp(); // the other lanes' copies (scales) are in
     const unsigned char *xq = reinterpret_cast<const unsigned char *>(x);
-    const unsigned char *sc = kItemScales ? scales->b + i * kSpanScaleBytes : stages[slot].b + kStageScalesAt;
-    if (kInt8Activations && span < kFullSpans)
-      gemvSpanQ8<NT, 4>(stages[slot].b, sc, xq, xrow, span, lane, n, q, acc);
+    const unsigned char *sc = kItemScales ? scales->b + i * kSpanScaleBytes : stages[s].b + kStageScalesAt;
+    const bool full = kTailSubBlocks == 0 || span < kFullSpans;
+    if (kInt8Activations && full)
+      gemvSpanQ8<NT, 4>(stages[s].b, sc, xq, xrow, span, lane, n, q, acc);
     else if (kInt8Activations)
-      gemvSpanQ8<NT, kTailSubBlocks>(stages[slot].b, sc, xq, xrow, span, lane, n, q, acc);
-    else if (span < kFullSpans)
-      gemvSpan<NT, 4>(stages[slot].b, sc, x, xrow, span, lane, n, q, acc);
+      gemvSpanQ8<NT, kTailSubBlocks>(stages[s].b, sc, xq, xrow, span, lane, n, q, acc);
+    else if (full)
+      gemvSpan<NT, 4>(stages[s].b, sc, x, xrow, span, lane, n, q, acc);
     else
-      gemvSpan<NT, kTailSubBlocks>(stages[slot].b, sc, x, xrow, span, lane, n, q, acc);
-    __syncwarp(); // every lane is done with the slot before it is refilled
-    slot = slot == kStages - 1 ? 0 : slot + 1;
+      gemvSpan<NT, kTailSubBlocks>(stages[s].b, sc, x, xrow, span, lane, n, q, acc);
+    if (!kItemScales)
+      __syncwarp(); // every lane is done with the slot before it is refilled
+  };
+  // kStages spans per iteration, so that every slot is a constant: its addresses are offsets from
+  // one register and no slot counter is kept (the SASS of a span-per-iteration loop spent about a
+  // fifth of its instructions on loop control and slot addresses).
+  const int spans = kSpans % kWarps == 0 ? kSpans / kWarps : (kSpans - warp + kWarps - 1) / kWarps; // the warp's
+  int i = 0;
+  for (; i + kStages <= spans; i += kStages) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s)
+      spanStep(i + s, s);
   }
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s)
+    if (i + s < spans)
+      spanStep(i + s, s);
   cpAsyncWait<0>();
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
@@ -627,7 +650,7 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
   if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
     prefetchWeightL2(w, blockIdx.x * kTileBytes, blockIdx.x * kTileBytes + kPrefetchBytes);
   llmcGridDependencyWait();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = kWarps == 1 ? 0 : threadIdx.x >> 5;
   const int n = lane >> 2, q = lane & 3;
   if (kTensorCores) {
     // Tensor cores: an item is one tile of 8 rows x kMmaTokens tokens. The lane's 8 weights of
@@ -962,8 +985,8 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // decode) needs without spilling on sm_80 - sm_90. Left to itself ptxas gives the 3- and
     // 4-token paths 78-80 (it hoists every activation load of a sub-block) and the kernel with
     // them: 3 blocks of 8 warps per SM, and a Llama-3-8B down projection's 512 blocks then take
-    // two waves on 132 SMs. Capped, those paths spill a few words (32-64 bytes per thread,
-    // NvrtcTest.EveryFamilyCompilesForSm80AndSm90 bounds it).
+    // two waves on 132 SMs. Capped, the kernel spills a few per-item words (8-88 bytes per thread,
+    // stores and loads, none in a span loop; NvrtcTest.EveryFamilyCompilesForSm80AndSm90 bounds it).
     body += kQuantDequant;
     body += detail::substitute(kQuantTemplate, {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : "kWarps * 32, 32 / kWarps"}});
   }

@@ -347,13 +347,13 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       EXPECT_GT(image.resources.registers, 0);
       EXPECT_LE(image.resources.registers, 255);
       // The quantized CUDA-core GEMV excepted: ptxas keeps a few loop-invariant words of it in
-      // local memory under any register budget (written and read once per work item, outside
-      // the span loops: nvdisasm of Llama-3-8B's shapes on sm_80 and sm_90 shows no local load
-      // or store in any of the 1- to 4-token span loops), 8 to 56 bytes at the 64 registers
-      // LinearKernel.cpp sets.
+      // local memory under any register budget, written and read once per work item (nvdisasm
+      // of Llama-3-8B's shapes on sm_80 and sm_90, f32 and int8 activations: no local load or
+      // store in any of the 1- to 4-token span loops), 8 to 88 bytes (stores + loads) at the 64
+      // registers LinearKernel.cpp sets.
       const bool gemv = (spec.family == "linear" || spec.family == "logits") &&
                         contains(spec.entry, "_mma8_") && !contains(spec.entry, "_tc_");
-      EXPECT_LE(image.resources.spillBytes, gemv ? 64u : 0u);
+      EXPECT_LE(image.resources.spillBytes, gemv ? 96u : 0u);
       // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, else unsigned.
       if (contains(spec.entry, "_q8a_"))
         EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_g32_f16_sym") ? "dp4a.s32.s32" : "dp4a.u32.s32"));
