@@ -262,7 +262,7 @@ std::string weightStorage(Operation *op, Value v) {
   return quant.getValue().str();
 }
 
-FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCores = false) {
+FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCores = false, int64_t siluInter = 0) {
   const unsigned n = op->getNumOperands();
   if (!logits && n != 2 && n != 3)
     return op->emitOpError() << "GPU codegen: linear takes x, weight and an optional bias, got " << n
@@ -287,6 +287,7 @@ FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCo
   p.tensorCores = tensorCores;
   p.gatherRows = logits;
   p.int8Activations = !tensorCores && usesInt8Activations(op);
+  p.siluInter = siluInter;
   if (ModuleOp module = op->getParentOfType<ModuleOp>())
     if (auto bytes = module->getAttrOfType<IntegerAttr>("llm.gpu_gemv_l2_prefetch_bytes"))
       p.l2PrefetchBytes = bytes.getInt();
@@ -546,6 +547,30 @@ int batchedMinRows(Operation *op) {
       return kQuantTensorCoreMinRows;
   }
   return kTensorCoreMinRows;
+}
+
+FailureOr<std::optional<KernelSpec>> emitSiluLinearKernel(Operation *op) {
+  const std::optional<KernelSpec> none;
+  if (op->getName().getStringRef() != "llm.linear" || !hasKernel(op) || op->getNumResults() != 1 ||
+      !quantizedStorage(weightStorage(op, op->getOperand(1))))
+    return none;
+  Operation *silu = op->getNextNode();
+  if (!silu || silu->getName().getStringRef() != "llm.silu_mul" || silu->getNumOperands() != 1 ||
+      silu->getOperand(0) != op->getResult(0) || !op->getResult(0).hasOneUse() || !hasKernel(silu))
+    return none;
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  auto x = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  if (!type || type.getRank() != 2 || type.isDynamicDim(1) || type.getDimSize(1) % 64 != 0 || !x ||
+      x.getRank() != 2 || x.isDynamicDim(1))
+    return none;
+  // Only where the plain GEMV has one warp per tile too (its K split over none): a smaller
+  // gate|up keeps its K split, which the epilogue's whole-K warps would give up.
+  if (quantizedGemvWarps(type.getDimSize(1), x.getDimSize(1)) != 1)
+    return none;
+  FailureOr<KernelSpec> spec = emitLinearFamily(op, /*logits=*/false, /*tensorCores=*/false, type.getDimSize(1) / 2);
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
 }
 
 FailureOr<std::optional<KernelSpec>> emitRopeAttentionKernel(Operation *op) {

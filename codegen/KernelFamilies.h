@@ -107,8 +107,20 @@ struct LinearParams {
   /// kernel before them (sm_90+, where the runtime launches them overlapped with it), in all:
   /// quantized, an equal share of each tile's first bytes; dense, the first blocks' rows. 0: none.
   int64_t l2PrefetchBytes = kDefaultL2PrefetchBytes;
+  /// The SiLU-mul epilogue (quantized CUDA-core GEMV of a fused gate|up projection, n = 2 x
+  /// siluInter, siluInter % 32 == 0): the kernel writes h = silu(y[:, :siluInter]) *
+  /// y[:, siluInter:] ([T, siluInter], the silu_mul kernel's values bit for bit from the same y)
+  /// instead of y, and, when its extra `unsigned char *q8` parameter (after y) is not null, h's
+  /// int8 rows as quantize_q8 writes them. Blocks of 8 warps, one tile each over the whole K:
+  /// y's values are those of the GEMV with one warp per tile. 0: the plain GEMV.
+  int64_t siluInter = 0;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
+/// Warps per block (each item's K split over them) of the quantized CUDA-core GEMV of [n, k]:
+/// about 4096 warps over a token chunk's tiles, at most 8 and one per 128-element span. 1 for
+/// 2048+ tiles (Llama-3-8B's gate|up: 3584), the shapes whose SiLU-mul epilogue keeps the GEMV's
+/// work distribution (KernelEmitter: emitSiluLinearKernel).
+int quantizedGemvWarps(int64_t n, int64_t k);
 /// Rows from which a linear / logits step launches its tensor-core kernel.
 inline constexpr int kTensorCoreMinRows = 16;
 /// The same for quantized weights. Measured on an H200 (Llama-3-8B shapes, int4-g128): at 32 rows

@@ -60,6 +60,10 @@ constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
 constexpr bool kTensorCores = ${TENSOR_CORES}; // the tensor-core kernel (sm_80+), else CUDA cores
 // Quantized CUDA-core GEMV only: x holds quantize_q8's int8 rows (already gathered), not f32.
 constexpr bool kInt8Activations = ${INT8_ACTIVATIONS};
+// Quantized CUDA-core GEMV only: y = [gate | up] of kSiluInter columns each, and the kernel
+// writes h = silu(gate) * up [T, kSiluInter] (and its int8 rows) instead (LinearParams::
+// siluInter); 0: it writes y.
+constexpr int kSiluInter = ${SILU_INTER};
 // Before its wait on the kernel before (programmatic dependent launch), block b < kPrefetchBlocks
 // asks the L2 for the first kPrefetchBytes of the weight bytes its first item reads (LinearParams::
 // l2PrefetchBytes over the blocks); the weight is kWeightSize long.
@@ -230,7 +234,7 @@ struct alignas(16) ItemScales {
 // the stage's pointer (converted at each copy, the SASS recomputed the shared window for every
 // piece); the host emulation and sm_75 (no cp.async) copy through the pointer. (The
 // f32-activation GEMV once converted at each copy: in a loop of one span per iteration, converting
-// once spilled more; in gemvItem's loop of kStages spans it spills less, never in a span loop.)
+// once spilled more; in gemvItem's loop of kStages spans it spills less (g128: never in a span loop).)
 #if defined(LLMC_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
 constexpr bool kSharedStageAddr = false;
 #else
@@ -628,6 +632,8 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
     if (q == 0)
       part[warp][n][i] = s;
   }
+  if (kSiluInter > 0)
+    return; // (one warp per tile: gemvSiluItems combines the block's tiles)
   __syncthreads();
   if (threadIdx.x < 8 * NT) {
     const int r = threadIdx.x / NT, i = threadIdx.x % NT, row = tile * 8 + r;
@@ -640,13 +646,13 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
   }
   __syncthreads(); // `part` is reused by the block's next item
 }
-} // namespace
+${SILU_FN}} // namespace
 
 extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
-         float *__restrict__ y, int T) {
-  // Block b's first item is tile b (of the first token chunk): its scales, then its spans in order.
+         float *__restrict__ y${SILU_PARAM}, int T) {
+${SILU_ENTRY}  // Block b's first item is tile b (of the first token chunk): its scales, then its spans in order.
   if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
     prefetchWeightL2(w, blockIdx.x * kTileBytes, blockIdx.x * kTileBytes + kPrefetchBytes);
   llmcGridDependencyWait();
@@ -715,6 +721,69 @@ ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
       gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp], &scales[warp]);
   }
 }
+)cuda";
+
+// The SiLU·mul epilogue of the quantized CUDA-core GEMV (LinearParams::siluInter): gemvSiluItems
+// and the entry's call of it.
+constexpr const char *kSiluFn = R"cuda(
+// h = silu(gate) * up where y's columns are gate [0, kSiluInter) and up [kSiluInter, 2 kSiluInter):
+// an item is the 32 columns of h of group g (one int8 sub-block) times a token chunk, a block of 8
+// warps; warp v sums tile siluTile(g, v) (gate tiles 4 g .. 4 g + 3, then the up tiles of the same
+// columns) over the whole K, as gemvItem does for a block of one warp, so each y value is the one
+// a one-warp GEMV computes. Warp i < NT then writes token t0 + i's 32 values of h (the silu_mul
+// kernel's expression, so the same bits from the same y) and, when q8 is not null, their int8
+// rows (storeQ8Value: quantize_q8's bits). y itself is not written.
+static_assert(kSiluInter % 32 == 0 && kN == 2 * kSiluInter && kWarps == 1, "SiLU-mul epilogue: 32-column groups");
+constexpr int kSiluGroups = kSiluInter / 32;
+__device__ __forceinline__ int siluTile(int g, int v) { return v < 4 ? 4 * g + v : kSiluInter / 8 + 4 * g + v - 4; }
+__device__ __forceinline__ float siluMul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ void gemvSiluItems(const float *__restrict__ x, const int *__restrict__ rows,
+                                              const unsigned char *__restrict__ w, const float *__restrict__ bias,
+                                              float *__restrict__ h, unsigned char *__restrict__ q8, int T) {
+  __shared__ float part[8][8][kTokens];
+  __shared__ Stage stages[8][kStages];
+  __shared__ ItemScales scales[8];
+  const int lane = threadIdx.x & 31, v = threadIdx.x >> 5;
+  const int n = lane >> 2, q = lane & 3;
+  const long long items = ((long long)T + kTokens - 1) / kTokens * kSiluGroups;
+  for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    const int g = (int)(item % kSiluGroups), t0 = (int)(item / kSiluGroups) * kTokens;
+    const int tile = siluTile(g, v);
+    const unsigned char *base = w + tile * kTileBytes;
+    const int nt = T - t0 < kTokens ? T - t0 : kTokens;
+    if (nt >= 4)
+      gemvItem<4>(x, rows, base, bias, nullptr, t0, tile, lane, n, q, 0, &part[v], stages[v], &scales[v]);
+    else if (nt == 3)
+      gemvItem<3>(x, rows, base, bias, nullptr, t0, tile, lane, n, q, 0, &part[v], stages[v], &scales[v]);
+    else if (nt == 2)
+      gemvItem<2>(x, rows, base, bias, nullptr, t0, tile, lane, n, q, 0, &part[v], stages[v], &scales[v]);
+    else
+      gemvItem<1>(x, rows, base, bias, nullptr, t0, tile, lane, n, q, 0, &part[v], stages[v], &scales[v]);
+    __syncthreads();
+    if (v < nt) { // column 32 g + lane: row lane % 8 of gate tile 4 g + lane / 8 and of its up tile
+      const int c = 32 * g + lane;
+      float gate = part[lane >> 3][lane & 7][v], up = part[4 + (lane >> 3)][lane & 7][v];
+      if (kHasBias) {
+        gate += bias[c];
+        up += bias[kSiluInter + c];
+      }
+      const float hv = siluMul(gate, up);
+      h[(long long)(t0 + v) * kSiluInter + c] = hv;
+      storeQ8Value<kSiluInter>(q8, t0 + v, c, hv); // (none when q8 is null)
+    }
+    __syncthreads(); // `part` is reused by the block's next item
+  }
+}
+)cuda";
+constexpr const char *kSiluEntry = R"cuda(  if (kSiluInter > 0) {
+    // Block b's first item is group b: warp v asks for its tile's first bytes.
+    if (kPrefetchBlocks > 0 && (threadIdx.x & 31) == 0 && blockIdx.x < kSiluGroups)
+      prefetchWeightL2(w, siluTile(blockIdx.x, threadIdx.x >> 5) * kTileBytes,
+                       siluTile(blockIdx.x, threadIdx.x >> 5) * kTileBytes + kPrefetchBytes);
+    llmcGridDependencyWait();
+    gemvSiluItems(x, rows, w, bias, y, q8, T);
+    return;
+  }
 )cuda";
 
 constexpr const char *kDenseTemplate = R"cuda(namespace {
@@ -901,6 +970,10 @@ llmrt::StatusOr<KernelSpec> emitDequantBf16Kernel(const std::string &weight, int
                             body, 32 * kWarps, "rows/64*" + std::to_string(spans));
 }
 
+int quantizedGemvWarps(int64_t n, int64_t k) {
+  return static_cast<int>(std::clamp<int64_t>(kSplitKTargetWarps / ((n + 7) / 8), 1, std::min<int64_t>(8, (k + 127) / 128)));
+}
+
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   const char *what = p.gatherRows ? "logits" : "linear";
   if (p.n <= 0 || p.n > detail::kMaxVocab || p.k <= 0 || p.k > detail::kMaxDim)
@@ -918,11 +991,15 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     return llmrt::invalid_argument(std::string(what) + ": int8 activations need quantized weights and the "
                                    "CUDA-core GEMV (weight '" + p.weight + "'" +
                                    (p.tensorCores ? ", tensor cores" : "") + ")");
+  const bool silu = p.siluInter > 0;
+  if (silu && (storage->dense || p.tensorCores || p.gatherRows || p.siluInter % 32 != 0 || p.n != 2 * p.siluInter))
+    return llmrt::invalid_argument(std::string(what) + ": the SiLU-mul epilogue needs the quantized CUDA-core GEMV "
+                                   "of a linear [gate | up] with n = 2 x " + std::to_string(p.siluInter) +
+                                   ", a multiple of 64 (n " + std::to_string(p.n) + ", weight '" + p.weight + "')");
   const int64_t tiles = (p.n + 7) / 8, spans = (p.k + 127) / 128;
   const bool splitK = !storage->dense && !p.tensorCores;
-  const int warps = splitK ? static_cast<int>(std::clamp<int64_t>(kSplitKTargetWarps / tiles, 1,
-                                                                    std::min<int64_t>(8, spans)))
-                           : kWarpsPerBlock;
+  // (The SiLU-mul epilogue: one warp per tile over the whole K, 8 tiles per block.)
+  const int warps = silu ? 1 : splitK ? quantizedGemvWarps(p.n, p.k) : kWarpsPerBlock;
   // The L2 prefetch before the wait (CUDA cores only; the tensor-core kernels serve steps of many
   // rows, whose kernel before is no short one): quantized, block b its tile b's first bytes, an
   // equal share of l2PrefetchBytes (the GEMV is one wave: every block is resident early);
@@ -952,12 +1029,15 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
       {"BIAS", p.bias ? "true" : "false"},
       {"GATHER", p.gatherRows ? "true" : "false"},
       {"TENSOR_CORES", p.tensorCores ? "true" : "false"},
-      {"INT8_ACTIVATIONS", p.int8Activations ? "true" : "false"}};
+      {"INT8_ACTIVATIONS", p.int8Activations ? "true" : "false"},
+      {"SILU_INTER", std::to_string(p.siluInter)}};
   std::string body = "// llmc kernel: " + std::string(what) + ", n=" + std::to_string(p.n) +
                      " k=" + std::to_string(p.k) + " weight=" + p.weight +
                      (p.bias ? " bias" : "") +
                      "\n// Params: (const float *x, const unsigned char *w, const float *bias, "
-                     "const int *rows, float *y, int T)\n" +
+                     "const int *rows, float *y" + (silu ? ", unsigned char *q8" : "") + ", int T)\n" +
+                     (silu ? "// y: h [T, " + std::to_string(p.siluInter) + "] = silu(gate) * up; q8: its int8 rows or null\n"
+                           : "") +
                      (p.int8Activations ? "// x: int8 activation rows written by quantize_q8 (rows already gathered)\n"
                                         : "") +
                      "// Launch: blockDim.x = " +
@@ -985,10 +1065,16 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // decode) needs without spilling on sm_80 - sm_90. Left to itself ptxas gives the 3- and
     // 4-token paths 78-80 (it hoists every activation load of a sub-block) and the kernel with
     // them: 3 blocks of 8 warps per SM, and a Llama-3-8B down projection's 512 blocks then take
-    // two waves on 132 SMs. Capped, the kernel spills a few per-item words (8-88 bytes per thread,
-    // stores and loads, none in a span loop; NvrtcTest.EveryFamilyCompilesForSm80AndSm90 bounds it).
+    // two waves on 132 SMs. Capped, the kernel spills a few per-item words (8-104 bytes per thread,
+    // stores and loads; none in a g128 span loop; NvrtcTest.EveryFamilyCompilesForSm80AndSm90
+    // bounds it). The SiLU-mul epilogue's blocks: 8 warps, 4 per SM at 64 registers.
     body += kQuantDequant;
-    body += detail::substitute(kQuantTemplate, {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : "kWarps * 32, 32 / kWarps"}});
+    body += detail::substitute(
+        kQuantTemplate,
+        {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : silu ? "256, 4" : "kWarps * 32, 32 / kWarps"},
+         {"SILU_FN", silu ? std::string(detail::kQuantizeQ8Store) + kSiluFn : std::string()},
+         {"SILU_PARAM", silu ? ", unsigned char *__restrict__ q8" : ""},
+         {"SILU_ENTRY", silu ? kSiluEntry : ""}});
   }
   prefix += "_" + storage->tag;
   // warps' work items per token chunk
@@ -999,10 +1085,12 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     prefix += "_tc";
   if (p.int8Activations)
     prefix += "_q8a";
+  if (silu)
+    prefix += "_silu";
   // Grid: one warp (split K: one block) per item of the first token chunk; more token chunks
-  // are walked by the grid-stride loop.
-  const int64_t blocks = splitK ? items : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, 32 * warps,
+  // are walked by the grid-stride loop. The SiLU-mul epilogue: a block of 8 warps per 32 columns.
+  const int64_t blocks = silu ? p.siluInter / 32 : splitK ? items : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, silu ? 256 : 32 * warps,
                             "rows/" + std::to_string(kTokensPerItem) + "*" + std::to_string(blocks));
 }
 

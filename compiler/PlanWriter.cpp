@@ -332,11 +332,13 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
         libraryRows = libraryMinRows(op);
     }
     // Int8 activations for a quantized GEMV: the kernel that quantizes its input; the decode
-    // attention with the rope_kv_store just before it inside.
-    int inputQuant = -1, ropeKernel = -1;
+    // attention with the rope_kv_store just before it inside; the decode gate|up GEMV with the
+    // silu_mul just after it inside.
+    int inputQuant = -1, ropeKernel = -1, siluKernel = -1;
     if (kernel >= 0) {
       ASSIGN_OR_RETURN(inputQuant, optionalKernel(op, emitInputQuantKernel(op)));
       ASSIGN_OR_RETURN(ropeKernel, optionalKernel(op, emitRopeAttentionKernel(op)));
+      ASSIGN_OR_RETURN(siluKernel, optionalKernel(op, emitSiluLinearKernel(op)));
     }
     std::string loc;
     llvm::raw_string_ostream os(loc);
@@ -345,7 +347,7 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
                                          batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput,
                                          libraryWeight, libraryRows, inputQuant,
-                                         kernel >= 0 && writesQuantizedOutput(op), ropeKernel));
+                                         kernel >= 0 && writesQuantizedOutput(op), ropeKernel, siluKernel));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

@@ -142,6 +142,14 @@ struct PlanMemoryPass : llmc::impl::PlanMemoryBase<PlanMemoryPass> {
             for (Operation *qUser : inBody->getResult(0).getUsers())
               if (Operation *q = body.findAncestorOpInBlock(*qUser))
                 last = std::max(last, order[q]);
+          // A linear's input lives as long as the silu_mul reading its result (a fused gate|up
+          // only): the GPU's decode GEMV may do that step's work, reading x while it writes the
+          // silu_mul's output (plan Step.silu_kernel).
+          if (isa<LinearOp>(inBody) && inBody->getOperand(0) == result && inBody->getResult(0).hasOneUse())
+            if (auto silu = dyn_cast<SiluMulOp>(*inBody->getResult(0).getUsers().begin());
+                silu && silu->getNumOperands() == 1)
+              if (Operation *s = body.findAncestorOpInBlock(*silu))
+                last = std::max(last, order[s]);
         }
         int64_t offset = arena.allocate(bytes);
         offsets.push_back(i64(offset));

@@ -45,6 +45,7 @@ struct ServeFlags {
   bool no_tensor_core_linear = false;
   bool no_fused_quantize = false;
   bool no_rope_in_attention = false;
+  bool no_silu_in_gemv = false;
   int max_num_batched_tokens = 0;
   int max_num_seqs = 0;
   int max_model_len = 0;
@@ -186,6 +187,7 @@ int run_serve(const ServeFlags& f) {
   eo.tensor_core_linear = !f.no_tensor_core_linear;
   eo.fused_quantize = !f.no_fused_quantize;
   eo.rope_in_attention = !f.no_rope_in_attention;
+  eo.silu_in_gemv = !f.no_silu_in_gemv;
   eo.max_num_batched_tokens = f.max_num_batched_tokens;
   eo.max_num_seqs = f.max_num_seqs;
   eo.max_model_len = f.max_model_len;
@@ -242,6 +244,7 @@ Subcommand add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "on cuda: launch decode steps kernel by kernel (no graph replay)");
   cmd->add_flag("--no-fused-quantize", f.no_fused_quantize, "on cuda: an int8-activation GEMV quantizes its input in its own quantize_q8 kernel even where the step before it can write those rows (plan Step.quantized_output), to compare");
   cmd->add_flag("--no-rope-in-attention", f.no_rope_in_attention, "on cuda: decode steps launch each layer's rope_kv_store kernel and then its attention kernel, where the plan has the attention kernel doing both (plan Step.rope_kernel), to compare");
+  cmd->add_flag("--no-silu-in-gemv", f.no_silu_in_gemv, "on cuda: decode steps launch the gate|up GEMV and then the silu_mul kernel, where the plan has the GEMV doing both (plan Step.silu_kernel), to compare");
   cmd->add_flag("--no-tensor-core-linear", f.no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
   cmd->add_flag("--no-programmatic-launch", f.no_programmatic_launch, "on cuda (compute capability 9.0+): launch each kernel after the previous one ends, not overlapped with it (programmatic dependent launch), to compare");
   cmd->add_flag("--no-gemm-library", f.no_gemm_library, "on cuda: linear steps the plan gives to cuBLASLt (dense, or quantized and dequantized to bf16) run its generated kernels instead");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "runtime/cuda/module_select.h"
 #include "runtime/engine/batch_check.h"
@@ -28,6 +29,8 @@ struct CudaExecutor::Step {
   Launch quant_in;  // kernel -1: `main` reads the f32 input (else quantize_q8's int8 rows)
   bool quant_out = false;  // `main` takes a q8 pointer: its output 0 as int8 rows (when not null)
   Launch rope;  // kernel -1: none; else `main` with the rope_kv_store step before it inside (decode)
+  Launch silu;  // kernel -1: none; else `main` with the silu_mul step after it inside
+  uint64_t silu_q8_rows[2] = {0, 0};  // silu: int8 row bytes of `main`'s input and of the silu_mul's output
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -151,6 +154,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   tensor_core_linear_ = opt.tensor_core_linear;
   fused_quantize_ = opt.fused_quantize;
   rope_in_attention_ = opt.rope_in_attention;
+  silu_in_gemv_ = opt.silu_in_gemv;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -259,7 +263,10 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
       RETURN_IF_ERROR(allocate(library_bytes - library_->workspace_bytes() - weight, &library_input_));
     if (weight > 0) RETURN_IF_ERROR(allocate(weight, &library_weight_));
   }
-  if (const uint64_t q8 = quant_input_bytes(p, max_tokens_); q8 > 0) RETURN_IF_ERROR(allocate(q8, &quant_input_));
+  if (const uint64_t q8 = quant_input_bytes(p, max_tokens_); q8 > 0) {
+    RETURN_IF_ERROR(allocate(q8, &quant_input_));
+    quant_input_bytes_ = q8;
+  }
   RETURN_IF_ERROR(allocate(kv_layer_bytes_ * static_cast<uint64_t>(num_layers_), &kv_));
   table_staging_.assign(S * static_cast<uint64_t>(table_stride_), 0);
   graph_sizes_ = graph_batch_sizes(std::min(max_seqs_, max_tokens_));
@@ -296,6 +303,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     if (st.library && st.dequant.kernel >= 0) all.push_back(&st.dequant);
     if (st.quant_in.kernel >= 0) all.push_back(&st.quant_in);
     if (st.rope.kernel >= 0) all.push_back(&st.rope);
+    if (st.silu.kernel >= 0) all.push_back(&st.silu);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
   for (Launch* l : all) {
@@ -428,6 +436,17 @@ Status CudaExecutor::decode(const Plan& plan) {
       RETURN_IF_ERROR(launch(s.rope_kernel(), &st.rope));
       st.kernels += " (+rope_kv_store at decode)";
     }
+    if (s.silu_kernel() >= 0) {  // (checked: a linear before the silu_mul of its output)
+      RETURN_IF_ERROR(launch(s.silu_kernel(), &st.silu));
+      const fb::Step* next = prog->steps()->Get(static_cast<flatbuffers::uoffset_t>(i) + 1);
+      auto q8_row = [&](int id) {
+        const uint64_t k = prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width();
+        return (k + 127) / 128 * 160;
+      };
+      st.silu_q8_rows[0] = q8_row(st.in[0]);
+      st.silu_q8_rows[1] = q8_row(next->outputs()->Get(0));
+      st.kernels += " (+silu_mul at decode)";
+    }
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
       embedding_rows_ = static_cast<int>(table->shape()->Get(0));
@@ -469,6 +488,19 @@ bool writes_int8_rows(const std::vector<Step>& steps, size_t i, int rows, bool f
 
 }  // namespace
 
+bool CudaExecutor::does_silu(size_t i, int rows, uint64_t* q8_at) const {
+  const Step& st = steps_[i];
+  if (!silu_in_gemv_ || st.silu.kernel < 0 || i + 1 >= steps_.size() || &kernel_for(st, rows) != &st.main ||
+      (st.library && rows >= st.library_min_rows))
+    return false;
+  // The silu_mul's int8 rows (when the GEMV after it reads them) go after the GEMV's own int8
+  // input rows, which the kernel reads while it writes them.
+  const uint64_t at = st.quant_in.kernel >= 0 ? align_up(static_cast<uint64_t>(rows) * st.silu_q8_rows[0]) : 0;
+  if (q8_at) *q8_at = at;
+  return !writes_int8_rows(steps_, i + 1, rows, fused_quantize_) ||
+         at + static_cast<uint64_t>(rows) * st.silu_q8_rows[1] <= quant_input_bytes_;
+}
+
 int CudaExecutor::launches_per_step() const {
   // As launch_steps() skips a quantization (decode: every GEMV runs).
   int launches = 0, quantized = -1;
@@ -476,6 +508,10 @@ int CudaExecutor::launches_per_step() const {
     const Step& st = steps_[i];
     const bool logits = st.op == fb::OpKind::Logits;
     if (i + 1 < steps_.size() && does_rope(steps_[i + 1], 1, true, rope_in_attention_)) continue;  // inside it
+    if (i > 0 && does_silu(i - 1, 1)) {  // inside the GEMV before it
+      if (writes_int8_rows(steps_, i, 1, fused_quantize_)) quantized = st.out[0];
+      continue;
+    }
     launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
     quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
     if (writes_int8_rows(steps_, i, 1, fused_quantize_)) quantized = st.out[0];
@@ -486,6 +522,12 @@ int CudaExecutor::launches_per_step() const {
 int CudaExecutor::rope_in_attention_steps() const {
   return static_cast<int>(std::count_if(steps_.begin(), steps_.end(),
                                         [&](const Step& st) { return does_rope(st, 1, true, rope_in_attention_); }));
+}
+
+int CudaExecutor::silu_in_gemv_steps() const {
+  int n = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) n += does_silu(i, 1);
+  return n;
 }
 
 int CudaExecutor::overlapped_kernels() const {
@@ -710,6 +752,8 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
   std::vector<uint64_t>& args = args_;
   int converted = -1;  // the value whose bf16 copy library_input_ holds (-1: none)
   int quantized = -1;  // the value whose int8 rows quant_input_ holds (-1: none)
+  uint64_t quantized_at = 0;  // their offset in quant_input_ (a silu kernel's are after its input's)
+  bool silu_done = false;     // the last linear step's silu kernel did the silu_mul step after it
   // Whether the stream's last operation is one of the plan's kernels: only then may the next one
   // be launched overlapped with it (not after a copy, an event or a library call; not timed).
   bool after_ours = false;
@@ -732,10 +776,18 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
                    " rows)";
       warnings_.push_back(st.where + ": " + called.message() + "; it runs the plan's generated kernel");
     }
+    // A silu_mul whose gate|up GEMV did its work (that step's silu kernel): no launch.
+    if (std::exchange(silu_done, false) && st.op == fb::OpKind::SiluMul) continue;
     converted = -1;  // other steps may write where the converted value lived
     int rows = T;
     const int reads_quantized = quantized;
+    const uint64_t reads_quantized_at = quantized_at;
     quantized = -1;
+    quantized_at = 0;
+    uint64_t silu_q8_at = 0;
+    // (Its input's int8 rows where does_silu expects them: at the start of quant_input_.)
+    const bool silu = st.op == fb::OpKind::Linear && does_silu(index, T, &silu_q8_at) &&
+                      !(st.quant_in.kernel >= 0 && reads_quantized == st.in[0] && reads_quantized_at != 0);
     // A rope_kv_store whose attention step does its work (that step's rope kernel): no launch.
     if (st.op == fb::OpKind::RopeKvStore && index + 1 < steps_.size() &&
         does_rope(steps_[index + 1], T, one_row, rope_in_attention_))
@@ -786,7 +838,13 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
         q8_out();
         break;
       case fb::OpKind::Linear:
-        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(weight(1)), ptr(0), ptr(value_ptr(st.out[0]));
+        ptr(value_ptr(st.in[0])), ptr(weight(0)), ptr(weight(1)), ptr(0);
+        if (silu) {  // the silu_mul's output in place of y, then its int8 rows or null
+          ptr(value_ptr(steps_[index + 1].out[0]));
+          ptr(writes_int8_rows(steps_, index + 1, T, fused_quantize_) ? quant_input_ + silu_q8_at : 0);
+        } else {
+          ptr(value_ptr(st.out[0]));
+        }
         break;
       case fb::OpKind::Logits:
         rows = L;
@@ -822,12 +880,12 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
       default:
         return internal_error(st.where + ": no launch for this op");
     }
-    const Launch& l = rope ? st.rope : kernel_for(st, rows);
+    const Launch& l = rope ? st.rope : silu ? st.silu : kernel_for(st, rows);
     if (l.work) ptr(work_);  // the kernel's workspace (codegen/KernelSpec.h), before T
     num(rows);
     const int64_t grid = grid_size(l.rule, rows, max_grid_, S);  // (S: the tiled attention's sequence tiles)
     if (grid == 0) continue;
-    if (&l == &st.main && st.quant_in.kernel >= 0) {
+    if ((&l == &st.main || &l == &st.silu) && st.quant_in.kernel >= 0) {
       // The GEMV reads the input as int8 rows: quantize it first (logits: the gathered rows),
       // unless the previous step's GEMV quantized the same value.
       const bool logits = st.op == fb::OpKind::Logits;
@@ -839,15 +897,18 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
         if (!q.ok()) return q.with_context(st.where + ": its quantize_q8 input kernel");
         after_ours = true;
       }
-      args[0] = quant_input_;
-      if (!logits) quantized = st.in[0];
+      args[0] = quant_input_ + (logits || reads_quantized != st.in[0] ? 0 : reads_quantized_at);
+      if (!logits) quantized = st.in[0], quantized_at = args[0] - quant_input_;
     }
     params_.resize(args.size());
     for (size_t i = 0; i < args.size(); ++i) params_[i] = &args[i];
     Status launched = start(l, grid, params_.data());
     if (!launched.ok()) return launched.with_context(st.where);
     after_ours = true;
-    if (writes_q8) quantized = st.out[0];
+    if (writes_q8) quantized = st.out[0], quantized_at = 0;
+    if (silu && writes_int8_rows(steps_, index + 1, T, fused_quantize_))
+      quantized = steps_[index + 1].out[0], quantized_at = silu_q8_at;
+    silu_done = silu;
   }
   if (timed) RETURN_IF_ERROR(driver_->record_event(events_[steps_.size()]));  // the last step done
   return ok_status();

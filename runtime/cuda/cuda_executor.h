@@ -73,6 +73,10 @@ struct CudaExecutorOptions {
                                      // paged_attention step's rope_kernel (plan Step.rope_kernel)
                                      // in place of the rope_kv_store before it and its own kernel;
                                      // false: both, to compare
+  bool silu_in_gemv = true;          // a linear step whose plan kernel does the silu_mul after it
+                                     // too (plan Step.silu_kernel: the quantized gate|up GEMV),
+                                     // run by its GEMV (not the tensor cores or the library),
+                                     // launches that kernel in place of both; false: both
   /// Loads the GEMM library over the driver (tests: an emulation); empty: load_cublaslt.
   std::function<StatusOr<std::unique_ptr<GemmLibrary>>(Driver*)> load_gemm_library;
 };
@@ -122,12 +126,16 @@ class CudaExecutor : public Executor {
   /// Kernels per decode forward(): one per step, two for a GEMV step over int8 activations (its
   /// input's quantize_q8 kernel; fewer when consecutive steps read one input; a GEMM library
   /// step of a bigger forward may add its to_bf16 conversion and the library's own kernels;
-  /// one fewer per attention step that does its rope_kv_store's work, rope_in_attention_steps()).
+  /// one fewer per attention step that does its rope_kv_store's work, rope_in_attention_steps(),
+  /// and per linear step that does its silu_mul's, silu_in_gemv_steps()).
   int launches_per_step() const;
   /// Attention steps whose decode launches do the rope_kv_store before them too (plan
   /// Step.rope_kernel, CudaExecutorOptions::rope_in_attention): a forward with a sequence of
   /// several rows launches this many kernels more than launches_per_step().
   int rope_in_attention_steps() const;
+  /// Linear steps whose decode launch does the silu_mul after them too (plan Step.silu_kernel,
+  /// CudaExecutorOptions::silu_in_gemv): one launch fewer each.
+  int silu_in_gemv_steps() const;
   /// The GEMM library the steps call ("" when none loaded or none is asked for), and how many
   /// steps call it.
   const std::string& gemm_library_name() const { return library_name_; }
@@ -209,6 +217,12 @@ class CudaExecutor : public Executor {
   bool programmatic_launch_ = false;
   bool fused_quantize_ = true;
   bool rope_in_attention_ = true;
+  bool silu_in_gemv_ = true;
+  uint64_t quant_input_bytes_ = 0;  // quant_input_'s size
+  /// Whether linear step steps_[i] at `rows` rows launches its silu kernel (the silu_mul step
+  /// after it inside), and where in quant_input_ that kernel writes the silu_mul's int8 rows
+  /// (after the rows of the GEMV's own int8 input, which it reads meanwhile).
+  bool does_silu(size_t i, int rows, uint64_t* q8_at = nullptr) const;
   bool tiled_attention_ = true;
   bool tensor_core_linear_ = true;
   std::vector<int> graph_sizes_;

@@ -145,7 +145,9 @@ uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens) {
   const fb::Program* prog = forward_program(plan);
   if (!prog || !prog->steps() || !prog->values()) return 0;
   uint64_t row = 0;
+  bool silu = false;
   for (const fb::Step* st : *prog->steps()) {
+    silu |= st->silu_kernel() >= 0;
     // A GEMV's int8 input, written by its quantize_q8 kernel or by the step producing it.
     const flatbuffers::Vector<int32_t>* v = st->quantized_output() ? st->outputs() : st->inputs();
     if ((st->input_quant_kernel() < 0 && !st->quantized_output()) || !v || v->size() == 0) continue;
@@ -154,7 +156,10 @@ uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens) {
     const uint64_t k = static_cast<uint64_t>(prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width());
     row = std::max<uint64_t>(row, (k + 127) / 128 * 160);
   }
-  return (row * static_cast<uint64_t>(max_tokens) + 255) / 256 * 256;
+  // A silu kernel (Step.silu_kernel) writes the silu_mul's int8 rows after those of its own
+  // input, which it reads meanwhile: room for both.
+  if (silu) row *= 2;
+  return (row * static_cast<uint64_t>(max_tokens) + 255) / 256 * 256 + (silu ? 256 : 0);
 }
 
 StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const DeviceInfo& device,

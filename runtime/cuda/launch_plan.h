@@ -54,8 +54,9 @@ uint64_t gemm_library_weight_bytes(const fb::Plan& plan);
 /// The int8 activations of the steps whose GEMV reads them (Step.input_quant_kernel), or which
 /// steps write for such a GEMV (Step.quantized_output): one buffer of max_tokens rows of the
 /// widest such value, each row in quantize_q8's layout
-/// (codegen/KernelFamilies.h, q8RowBytes: 160 bytes per 128 values, the last 128 padded). 0 when
-/// no step has one.
+/// (codegen/KernelFamilies.h, q8RowBytes: 160 bytes per 128 values, the last 128 padded); twice
+/// that and 256 bytes when a step has a silu_kernel (which writes the silu_mul's rows after those
+/// of its own input, 256-aligned). 0 when no step has one.
 uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens);
 
 struct DeviceMemoryPlan {

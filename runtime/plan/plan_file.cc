@@ -121,6 +121,12 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
     int index = 0;
     const fb::Step* prev_step = nullptr;
     std::vector<int> rope_q;  // the q values of steps with a rope_kernel: read by them only
+    std::vector<int> silu_y;  // the outputs of linear steps with a silu_kernel: read by the silu_mul only
+    auto row_bytes = [&](int id) {  // a value's bytes within an arena row
+      const fb::Value* v = prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id));
+      return std::pair<uint64_t, uint64_t>{v->offset_per_row(),
+                                           v->offset_per_row() + static_cast<uint64_t>(v->width()) * dtype_bytes(v->dtype())};
+    };
     for (const fb::Step* step : *prog->steps()) {
       const std::string where = "program '" + pname + "' step " + std::to_string(index++);
       if (step->inputs())
@@ -204,21 +210,46 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
         // That kernel reads qkv while it writes its outputs: their arena rows must not overlap.
         const int qkv = store_in->Get(0);
         if (!value_ok(qkv)) return invalid_argument(where + ": its rope_kv_store's qkv value id is out of range");
-        auto bytes = [&](int id) {
-          const fb::Value* v = prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id));
-          return std::pair<uint64_t, uint64_t>{v->offset_per_row(),
-                                               v->offset_per_row() + static_cast<uint64_t>(v->width()) * dtype_bytes(v->dtype())};
-        };
         if (const auto* outs = step->outputs())
           for (int id : *outs) {
-            const auto [a0, a1] = bytes(qkv);
-            const auto [b0, b1] = bytes(id);
+            const auto [a0, a1] = row_bytes(qkv);
+            const auto [b0, b1] = row_bytes(id);
             if (a0 < b1 && b0 < a1)
               return invalid_argument(where + ": its rope kernel reads the rope_kv_store's qkv (value " +
                                       std::to_string(qkv) + ") where it writes value " + std::to_string(id) +
                                       " (their arena rows overlap)");
           }
         rope_q.push_back(in->Get(0));
+      }
+      if (prev_step && prev_step->silu_kernel() != -1) {
+        // The decode GEMV of the linear step before writes this silu_mul's output in its place:
+        // this step is that silu_mul (fused gate|up input: the linear's output), and that kernel
+        // reads the linear's input while it writes this output.
+        const auto* in = step->inputs();
+        const auto* out = step->outputs();
+        const auto* y = prev_step->outputs();
+        const auto* x = prev_step->inputs();
+        if (step->op() != fb::OpKind::SiluMul || !in || in->size() != 1 || !y || y->size() == 0 ||
+            in->Get(0) != y->Get(0) || !out || out->size() == 0 || !x || x->size() == 0 || !value_ok(x->Get(0)))
+          return invalid_argument(where + ": the linear step before it has a silu kernel, but this step is not the "
+                                          "silu_mul of that step's output (a fused gate|up)");
+        const auto [a0, a1] = row_bytes(x->Get(0));
+        const auto [b0, b1] = row_bytes(out->Get(0));
+        if (a0 < b1 && b0 < a1)
+          return invalid_argument(where + ": the silu kernel of the step before reads value " +
+                                  std::to_string(x->Get(0)) + " where it writes value " + std::to_string(out->Get(0)) +
+                                  " (their arena rows overlap)");
+        silu_y.push_back(y->Get(0));
+      }
+      if (const int k = step->silu_kernel(); k != -1) {
+        if (step->op() != fb::OpKind::Linear || step->kernel() < 0 || k < 0 || k >= num_kernels)
+          return invalid_argument(where + ": silu kernel index out of range, or not on a linear step with a kernel");
+        const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+        if (!kernel->family() || kernel->family()->str() != "linear")
+          return invalid_argument(where + ": its silu kernel is of family '" +
+                                  (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+        if (index == static_cast<int>(prog->steps()->size()))
+          return invalid_argument(where + ": a silu kernel on the last step (no silu_mul after it)");
       }
       if (step->library_min_rows() < 0 || (step->library_min_rows() > 0 && step->gemm_library() == fb::GemmLibrary::None))
         return invalid_argument(where + ": library_min_rows " + std::to_string(step->library_min_rows()) +
@@ -233,16 +264,21 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
       }
       prev_step = step;
     }
-    // A rope kernel skips the rope_kv_store step's q output: nothing else may read it.
-    for (const int q : rope_q) {
-      int readers = 0;
-      for (const fb::Step* step : *prog->steps())
-        if (step->inputs()) readers += static_cast<int>(std::count(step->inputs()->begin(), step->inputs()->end(), q));
-      if (readers != 1 || q == prog->output())
-        return invalid_argument("program '" + pname + "': value " + std::to_string(q) +
-                                ", the q of a step with a rope kernel, is read by " + std::to_string(readers) +
-                                " steps (that kernel never writes it: only that step may)");
-    }
+    // Values a decode kernel doing two steps' work never writes (a rope kernel's q, a silu
+    // kernel's gate|up): only the step it does besides its own may read them.
+    auto single_reader = [&](const std::vector<int>& ids, const char* what, const char* who) {
+      for (const int id : ids) {
+        int readers = 0;
+        for (const fb::Step* step : *prog->steps())
+          if (step->inputs()) readers += static_cast<int>(std::count(step->inputs()->begin(), step->inputs()->end(), id));
+        if (readers != 1 || id == prog->output())
+          return invalid_argument("program '" + pname + "': value " + std::to_string(id) + ", " + what + ", is read by " +
+                                  std::to_string(readers) + " steps (that kernel never writes it: only " + who + " may)");
+      }
+      return ok_status();
+    };
+    RETURN_IF_ERROR(single_reader(silu_y, "the output of a linear step with a silu kernel", "the silu_mul"));
+    RETURN_IF_ERROR(single_reader(rope_q, "the q of a step with a rope kernel", "that step"));
   }
   return ok_status();
 }

@@ -66,6 +66,7 @@ struct EngineOptions {
   bool tensor_core_linear = true;  // --no-tensor-core-linear: linear/logits on the CUDA-core GEMV only
   bool fused_quantize = true;      // --no-fused-quantize: int8 GEMVs quantize their input themselves
   bool rope_in_attention = true;   // --no-rope-in-attention: decode launches rope_kv_store apart
+  bool silu_in_gemv = true;        // --no-silu-in-gemv: decode launches silu_mul apart
 };
 
 /// What create() settled on (for the startup log and /health).

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import TINY, clean_error, logits, ok, run
+from conftest import REPO, TINY, clean_error, logits, ok, run
 
 PROMPTS = [[1, 5, 9, 33, 70, 2, 14], [3, 4], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110]]
 
@@ -330,6 +330,22 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
         assert prog["steps_with_rope_kernel"] == prog["ops"]["PagedAttention"] == prog["ops"]["RopeKvStore"] > 0, prog
         rope = rb"llm_paged_attention_h\d+_kv\d+_d\d+_b\d+(?:_w\d+)?(?:_i8)?_rope(?:_q8)?_[0-9a-f]{12}(?!\w)"
         assert len(set(re.findall(rope, blob))) == 1
+    # Every layer's decode gate|up GEMV over quantized weights (mma layout) can do the silu_mul
+    # after it (plan Step.silu_kernel): one more GEMV kernel with it inside, for all layers.
+    for prog, blob in ((gptq, gptq_blob), (sym, sym_blob)):
+        assert prog["steps_with_silu_kernel"] == prog["ops"]["SiluMul"] > 0, prog
+        assert len(set(re.findall(rb"llm_linear_n\d+_k\d+_\w+?_mma8_q8a_silu_[0-9a-f]{12}(?!\w)", blob))) == 1
+    assert default["steps_with_silu_kernel"] == 0, default
+    # Only where the plain GEMV has one warp per tile (these fixtures: one 128-wide span): a
+    # gate|up of 64 tiles over 4096 inputs splits K over 8 warps and keeps its silu_mul launch.
+    split = tmp_path / "split_k"
+    split.mkdir()
+    config = json.loads((REPO / "tests" / "gpu" / "llama3_8b_config.json").read_text())
+    config.update(intermediate_size=256, num_hidden_layers=1, vocab_size=256, bos_token_id=1, eos_token_id=2)
+    (split / "config.json").write_text(json.dumps(config))
+    split_prog, _ = program("split_k", "--synthetic-weights", "1", "--weight-layout", "cuda-mma", "--quantize",
+                            "int4-g128", model=split)
+    assert split_prog["ops"]["SiluMul"] == 1 and split_prog["steps_with_silu_kernel"] == 0, split_prog
 
     # Without GPU targets nothing goes to the library (there is no GPU path at all).
     ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])

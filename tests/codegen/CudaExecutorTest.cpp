@@ -600,6 +600,58 @@ TEST(CudaExecutor, DecodeAttentionDoesTheRopeKvStoreOfItsLayer) {
   }
 }
 
+TEST(CudaExecutor, GateUpGemvDoesTheSiluMulOfItsLayer) {
+  // Plan Step.silu_kernel: a step whose gate|up linear runs its GEMV (decode, and this 24-row
+  // prefill: quantized weights take the tensor cores from 33 rows) launches it with the silu_mul
+  // after it inside, which then launches nothing; with int8 activations that kernel also writes
+  // the int8 rows the down projection reads (no quantize_q8 for them). The logits of a prefill and
+  // 3 decode steps are those of the same executor told not to (--no-silu-in-gemv), bit for bit
+  // (the plan has that kernel only where the plain GEMV has one warp per tile too: here a gate|up
+  // of 2 x 8224 rows, 2056 tiles, over a hidden size of 32, one short span), and close to the
+  // CPU's (int8 activations: its fast contract; f32: its reference one).
+  for (const char *gemv : {"int8", "f32"}) {
+    SCOPED_TRACE(gemv);
+    const bool int8 = std::string(gemv) == "int8"; // (f32 activations: the CPU's reference contract)
+    TempDir dir;
+    auto plan = llmrt::Plan::open(compilePlan(dir, writeSmallConfig(dir, 64, 512, 8224, 2),
+                                              std::string("--synthetic-weights 7 --target sm_90 --weight-layout cuda-mma "
+                                                          "--quantize int4-g32 --quant-gemv ") + gemv));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    std::vector<std::vector<float>> logits(2);
+    std::vector<int> quantizes(2);
+    for (const bool silu : {true, false}) {
+      SCOPED_TRACE(silu ? "silu in the GEMV" : "--no-silu-in-gemv");
+      EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+      auto ex = makeExecutors(**plan, driver, 32, 4, 16, true, true,
+                              [&](cuda::CudaExecutorOptions &o) { o.silu_in_gemv = silu; }, int8 ? "fast" : "reference");
+      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+      const int layers = ex->gpu->num_layers();
+      EXPECT_EQ(ex->gpu->silu_in_gemv_steps(), silu ? layers : 0);
+      const int V = ex->V, bs = ex->bs, mb = 4;
+      auto step = [&](const Step &st) {
+        const int mul = driver.siluMulLaunches(), fused = driver.siluGemvLaunches(), all = driver.launches();
+        std::vector<float> lg(st.idx.size() * V, NAN);
+        ASSERT_TRUE(ex->gpu->forward(st.input(), lg.data()).ok());
+        logits[silu].insert(logits[silu].end(), lg.begin(), lg.end());
+        EXPECT_EQ(driver.siluMulLaunches() - mul, silu ? 0 : layers);
+        EXPECT_EQ(driver.siluGemvLaunches() - fused, silu ? layers : 0);
+        if (st.idx.size() == 2 && st.tokens.size() == 2) // decode: as launches_per_step counts
+          EXPECT_EQ(driver.launches() - all, ex->gpu->launches_per_step());
+        std::vector<float> lc(lg.size(), NAN);
+        ASSERT_TRUE(ex->cpu->forward(st.input(), lc.data()).ok());
+        expectLogitsClose(lg, lc, int8 ? kInt8ActivationTol : 1e-4);
+      };
+      step(makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1)); // prefill
+      for (int i = 0; i < 3; ++i) // decode: captured, then replayed (a replay counts its launches)
+        step(makeStep({bs + 4 + i, 6 + i}, {1, 1}, bs, mb, V, 2 + i));
+      quantizes[silu] = driver.quantizeLaunches();
+    }
+    EXPECT_EQ(quantizes[true], quantizes[false]); // (the silu_mul's int8 rows: written either way)
+    ASSERT_EQ(logits[true].size(), logits[false].size());
+    EXPECT_EQ(std::memcmp(logits[true].data(), logits[false].data(), logits[true].size() * sizeof(float)), 0);
+  }
+}
+
 TEST(CudaExecutor, RefusesPlansItCannotRun) {
   const std::string model = std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama";
   struct Case {

@@ -254,6 +254,9 @@ public:
   /// Launches of rope_kv_store kernels, and of attention kernels with it inside (Step.rope_kernel).
   int ropeKvStoreLaunches() const { return ropeKvStoreLaunches_; }
   int ropeAttentionLaunches() const { return ropeAttentionLaunches_; }
+  /// Launches of silu_mul kernels, and of GEMVs with it inside (Step.silu_kernel).
+  int siluMulLaunches() const { return siluMulLaunches_; }
+  int siluGemvLaunches() const { return siluGemvLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -283,6 +286,8 @@ private:
     int8GemvLaunches_ += m.entry.find("_q8a_") != std::string::npos;
     ropeKvStoreLaunches_ += m.entry.rfind("llm_rope_kv_store_", 0) == 0;
     ropeAttentionLaunches_ += m.entry.rfind("llm_paged_attention_", 0) == 0 && m.entry.find("_rope") != std::string::npos;
+    siluMulLaunches_ += m.entry.rfind("llm_silu_mul_", 0) == 0;
+    siluGemvLaunches_ += m.entry.rfind("llm_linear_", 0) == 0 && m.entry.find("_silu_") != std::string::npos;
   }
 
   llmrt::Status notCapturing(const char *call) const {
@@ -382,6 +387,7 @@ private:
   int dequantLaunches_ = 0;
   int quantizeLaunches_ = 0, int8GemvLaunches_ = 0;
   int ropeKvStoreLaunches_ = 0, ropeAttentionLaunches_ = 0;
+  int siluMulLaunches_ = 0, siluGemvLaunches_ = 0;
   bool events_ = true;
   int ccMajor_ = 9, ccMinor_ = 0, version_ = 13000;
   bool programmatic_ = true, afterLaunch_ = false, loadingGridDependency_ = false;
@@ -502,10 +508,12 @@ struct Executors {
 
 /// A one-layer Llama config.json with one 32-wide head (as small as a test of the step's shape
 /// needs: emulation costs grow with every thread and barrier), in dir/model.
-inline std::string writeSmallConfig(const TempDir &dir, int vocab, int maxPositions) {
+inline std::string writeSmallConfig(const TempDir &dir, int vocab, int maxPositions, int intermediate = 64,
+                                    int layers = 1) {
   std::filesystem::create_directories(dir.file("model"));
   const std::string config = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
+    "hidden_size": 32, "intermediate_size": )" + std::to_string(intermediate) +
+                             R"(, "num_hidden_layers": )" + std::to_string(layers) + R"(, "num_attention_heads": 1,
     "num_key_value_heads": 1, "head_dim": 32, "vocab_size": )" + std::to_string(vocab) +
                              R"(, "max_position_embeddings": )" + std::to_string(maxPositions) + R"(,
     "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu",

@@ -583,6 +583,110 @@ TEST(EmbeddingKernel, EveryStorageReadsAsTheCpuDequantizesIt) {
   EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 64, "q4_k"}).ok());
 }
 
+TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
+  // The quantized GEMV of a fused gate|up projection with the SiLU-mul epilogue (LinearParams::
+  // siluInter) writes h = silu(gate) * up and its int8 rows instead of y. Where the plain GEMV has
+  // one warp per tile (many tiles, as Llama's gate|up: 3584), it is bit for bit that GEMV followed
+  // by the silu_mul kernel (h and the int8 rows); elsewhere y's sums differ by their order only.
+  // f32 and int8 activations, groups of 32 and 128, zero points, bias, 1-4 tokens per item and a
+  // second chunk (T = 6), one block for everything, a null q8.
+  struct Case {
+    const char *format;
+    int inter, k, T;
+    bool bias, int8;
+  };
+  using SiluFn = void (*)(const float *, const unsigned char *, const float *, const int *, float *,
+                          unsigned char *, int, unsigned);
+  using SiluMulFn = void (*)(const float *, float *, unsigned char *, int, unsigned);
+  for (const Case &c : {Case{"int4-g128-f16-min", 8224, 128, 6, false, true}, Case{"int4-g32-f16-zp", 8224, 96, 3, true, false},
+                        Case{"int8-g32-f16-sym", 64, 160, 6, false, true}, Case{"int4-g128-bf16-zp", 96, 256, 1, true, true},
+                        Case{"int4-g64-f16-min", 32, 320, 5, false, false}}) {
+    SCOPED_TRACE(std::string(c.format) + " inter=" + std::to_string(c.inter) + " k=" + std::to_string(c.k) +
+                 " T=" + std::to_string(c.T) + (c.int8 ? " int8" : " f32"));
+    const int n = 2 * c.inter;
+    llmc::LinearParams p;
+    p.n = n;
+    p.k = c.k;
+    p.weight = c.format;
+    p.bias = c.bias;
+    p.int8Activations = c.int8;
+    auto plain = llmc::emitLinearKernel(p);
+    p.siluInter = c.inter;
+    auto fused = llmc::emitLinearKernel(p);
+    auto silu = llmc::emitSiluMulKernel({c.inter, true, true});
+    ASSERT_TRUE(plain.ok() && fused.ok() && silu.ok()) << fused.status().to_string();
+    EXPECT_NE(fused->entry.find("_silu"), std::string::npos) << fused->entry;
+    EXPECT_EQ(fused->gridRule, "rows/4*" + std::to_string(c.inter / 32));
+    const bool oneWarpPerTile = plain->source.find("constexpr int kWarps = 1;") != std::string::npos;
+    HostKernel kp(*plain, kParams, kArgs);
+    HostKernel kf(*fused, std::string(kParams).replace(std::string(kParams).find(", int T"), 7,
+                                                       ", unsigned char *q8, int T"),
+                  "x, w, bias, rows, y, q8, T");
+    HostKernel ks(*silu, "const float *gate_up, float *out, unsigned char *q8, int T", "gate_up, out, q8, T");
+    ASSERT_TRUE(kp.ok() && kf.ok() && ks.ok()) << kp.error() << kf.error() << ks.error();
+    const Weight w = quantizedWeight(c.format, n, c.k, 23);
+    const std::vector<float> x = randomVector(size_t(c.T) * c.k, 95), bias = randomVector(size_t(n), 96);
+    const size_t rb = size_t(llmc::q8RowBytes(c.k)), hb = size_t(llmc::q8RowBytes(c.inter));
+    std::vector<uint8_t> xq(size_t(c.T) * rb);
+    for (int t = 0; t < c.T; ++t) {
+      const std::vector<uint8_t> row = packQ8Row(cpuQuantize(&x[size_t(t) * c.k], c.k), c.k);
+      std::copy(row.begin(), row.end(), xq.begin() + long(t * rb));
+    }
+    const float *xin = c.int8 ? reinterpret_cast<const float *>(xq.data()) : x.data();
+    const float *b = c.bias ? bias.data() : nullptr;
+    // The two-kernel sequence: the plain GEMV's y, then silu_mul (h and its int8 rows).
+    std::vector<float> y(size_t(c.T) * n, NAN), want(size_t(c.T) * c.inter, NAN);
+    std::vector<uint8_t> wantQ8(size_t(c.T) * hb, 0xEE);
+    kp.get<LinearFn>()(xin, w.bytes.data(), b, nullptr, y.data(), c.T, gridFor(*plain, c.T));
+    ks.get<SiluMulFn>()(y.data(), want.data(), wantQ8.data(), c.T, gridFor(*silu, c.T));
+    for (const unsigned grid : {unsigned(gridFor(*fused, c.T)), 1u}) {
+      std::vector<float> h(want.size(), NAN), h2(want.size(), NAN);
+      std::vector<uint8_t> q8(wantQ8.size(), 0xEE);
+      kf.get<SiluFn>()(xin, w.bytes.data(), b, nullptr, h.data(), q8.data(), c.T, grid);
+      kf.get<SiluFn>()(xin, w.bytes.data(), b, nullptr, h2.data(), nullptr, c.T, grid);
+      EXPECT_TRUE(bitEqual(h, h2)) << "grid " << grid;
+      // h's int8 rows are quantize_q8's (the CPU's quantization, bit for bit) of h.
+      for (int t = 0; t < c.T; ++t)
+        EXPECT_EQ(std::vector<uint8_t>(q8.begin() + long(t * hb), q8.begin() + long((t + 1) * hb)),
+                  packQ8Row(cpuQuantize(&h[size_t(t) * c.inter], c.inter), c.inter))
+            << "row " << t << " grid " << grid;
+      if (oneWarpPerTile) {
+        EXPECT_TRUE(bitEqual(h, want)) << "grid " << grid;
+        EXPECT_EQ(q8, wantQ8) << "grid " << grid;
+        continue;
+      }
+      // y summed over several warps: h within the sums' rounding (silu's slope is below 1.1).
+      size_t bad = 0;
+      for (int t = 0; t < c.T; ++t)
+        for (int j = 0; j < c.inter; ++j) {
+          const double g = y[size_t(t) * n + size_t(j)], u = y[size_t(t) * n + size_t(c.inter + j)];
+          const double tol = 1e-5 * (std::fabs(g) + 1.0) * (std::fabs(u) + 1.0);
+          const double got = h[size_t(t) * c.inter + size_t(j)], ref = want[size_t(t) * c.inter + size_t(j)];
+          if (!(std::fabs(got - ref) <= tol) && ++bad <= 5)
+            ADD_FAILURE() << "h[" << t << ", " << j << "] = " << got << ", want " << ref;
+        }
+      EXPECT_EQ(bad, 0u) << "grid " << grid;
+    }
+  }
+  // Refused: dense weights, tensor cores, n not 2 x inter, inter not a multiple of 32.
+  llmc::LinearParams bad;
+  bad.n = 128;
+  bad.k = 64;
+  bad.weight = "int4-g32-f16-sym";
+  bad.siluInter = 32;
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.n = 96;
+  bad.siluInter = 48;
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.n = 64;
+  bad.siluInter = 32;
+  bad.tensorCores = true;
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.tensorCores = false;
+  bad.weight = "bf16";
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+}
+
 TEST(LinearKernel, TensorCoreKernels) {
   // Partial m-tiles (T = 3, 20, 40), a second token chunk (T = 70), partial weight tiles, short
   // spans, K not a multiple of 8 for dense weights, biases and gathered rows. The CUDA-core

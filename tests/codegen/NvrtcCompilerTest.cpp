@@ -112,6 +112,18 @@ std::vector<KernelSpec> allFamilies() {
     add(llmc::emitLinearKernel({4096, 4096, weight, false, false, false, true}));
   add(llmc::emitLinearKernel({4096, 14336, "int4-g128-f16-min", false, false, false, true}));
   add(llmc::emitLinearKernel({128256, 4096, "int8-g32-f16-sym", false, true, false, true}));
+  // Llama-3-8B's decode gate|up with the SiLU-mul epilogue (Step.silu_kernel): int8 and f32
+  // activations, Q4_1-like groups of 32.
+  for (const bool int8 : {true, false}) {
+    llmc::LinearParams gateUp{28672, 4096, "int4-g128-f16-min", false, false, false, int8};
+    gateUp.siluInter = 14336;
+    add(llmc::emitLinearKernel(gateUp));
+  }
+  {
+    llmc::LinearParams gateUp{28672, 4096, "int4-g32-f16-min", false, false, false, true};
+    gateUp.siluInter = 14336;
+    add(llmc::emitLinearKernel(gateUp));
+  }
   add(llmc::emitQuantizeQ8Kernel(4096, false));
   add(llmc::emitQuantizeQ8Kernel(14336, false));
   add(llmc::emitQuantizeQ8Kernel(4096, true));
@@ -347,13 +359,15 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       EXPECT_GT(image.resources.registers, 0);
       EXPECT_LE(image.resources.registers, 255);
       // The quantized CUDA-core GEMV excepted: ptxas keeps a few loop-invariant words of it in
-      // local memory under any register budget, written and read once per work item (nvdisasm
-      // of Llama-3-8B's shapes on sm_80 and sm_90, f32 and int8 activations: no local load or
-      // store in any of the 1- to 4-token span loops), 8 to 88 bytes (stores + loads) at the 64
+      // local memory under any register budget, mostly written and read once per work item
+      // (nvdisasm of Llama-3-8B's shapes on sm_80 and sm_90, f32 and int8 activations: no local
+      // load or store in the 1- to 4-token span loops of g128 kernels; where a warp's scales are
+      // staged with each span, g32 over a whole 4096-wide K, one or two per 4 spans), 8 to 104
+      // bytes (stores + loads; 104: the SiLU-mul epilogue's int4-g32 gate|up on sm_90) at the 64
       // registers LinearKernel.cpp sets.
       const bool gemv = (spec.family == "linear" || spec.family == "logits") &&
                         contains(spec.entry, "_mma8_") && !contains(spec.entry, "_tc_");
-      EXPECT_LE(image.resources.spillBytes, gemv ? 96u : 0u);
+      EXPECT_LE(image.resources.spillBytes, gemv ? 112u : 0u);
       // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, else unsigned.
       if (contains(spec.entry, "_q8a_"))
         EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_g32_f16_sym") ? "dp4a.s32.s32" : "dp4a.u32.s32"));

@@ -263,6 +263,22 @@ TEST(CudaLaunch, Int8ActivationMemoryHoldsTheWidestInput) {
   const std::vector<uint8_t> producer = forward_plan(b3, v3, s3);
   EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(producer.data()), 2),
             ((99968ull + 127) / 128 * 160 * 2 + 255) / 256 * 256);
+  // A linear step with a silu kernel (Step.silu_kernel) writes the silu_mul's rows after its own
+  // input's: room for two rows of the widest each, and 256 bytes of alignment between them.
+  flatbuffers::FlatBufferBuilder b4;
+  std::vector<flatbuffers::Offset<fb::Value>> v4;
+  for (int i = 0; i < 5; ++i)
+    v4.push_back(fb::CreateValueDirect(b4, static_cast<uint32_t>(i), "v", fb::RowKind::Tokens, widths[i],
+                                       fb::DType::F32, 0));
+  std::vector<int> x = {1}, y = {2}, h = {4};
+  std::vector<flatbuffers::Offset<fb::Step>> s4 = {
+      fb::CreateStepDirect(b4, fb::OpKind::Linear, &x, &y, nullptr, nullptr, 0, "gate_up", -1, 0,
+                           fb::GemmLibrary::None, -1, -1, 0, 1, false, -1, 0),
+      fb::CreateStepDirect(b4, fb::OpKind::SiluMul, &y, &h, nullptr, nullptr, 0, "silu_mul", -1, 0,
+                           fb::GemmLibrary::None, -1, -1, 0, -1, true)};
+  const std::vector<uint8_t> silu = forward_plan(b4, v4, s4);
+  EXPECT_EQ(quant_input_bytes(*flatbuffers::GetRoot<fb::Plan>(silu.data()), 3),
+            (4096ull / 128 * 160 * 2 * 3 + 255) / 256 * 256 + 256);
 }
 
 TEST(CudaLaunch, GemmLibraryMemory) {

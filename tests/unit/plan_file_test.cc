@@ -356,6 +356,59 @@ TEST(PlanFile, RopeKernelIsChecked) {
   }
 }
 
+TEST(PlanFile, SiluKernelIsChecked) {
+  // silu_kernel (schema minor 11): on a linear step with a kernel (x value 1, y value 2) whose
+  // output is read only by the silu_mul step just after it (its one input); a linear kernel; the
+  // silu_mul's output arena rows apart from x's (values 1-4: 16 bytes a row each, 16 bytes
+  // apart). Anything else is refused naming the problem.
+  struct Case {
+    const char* what;
+    fb::OpKind op, next;
+    int silu_kernel;
+    std::vector<int> next_in;
+    const char* error;          // nullptr: accepted
+    const char* where = "program 'forward' step 0";
+    int out = 3;                // the silu_mul's output value
+    bool another_reader = false;
+    bool last = false;          // the linear is the program's last step
+  };
+  const fb::OpKind lin = fb::OpKind::Linear, sm = fb::OpKind::SiluMul;
+  const char* step1 = "program 'forward' step 1";
+  const char* not_silu = "this step is not the silu_mul of that step's output";
+  for (const Case& c : {
+           Case{"valid", lin, sm, 2, {2}, nullptr},
+           Case{"out of range", lin, sm, 3, {2}, "silu kernel index out of range"},
+           Case{"on an rms_norm", fb::OpKind::RmsNorm, sm, 2, {2}, "not on a linear step with a kernel"},
+           Case{"a silu_mul kernel", lin, sm, 1, {2}, "its silu kernel is of family 'silu_mul'"},
+           Case{"before an add", lin, fb::OpKind::Add, 2, {2}, not_silu, step1},
+           Case{"before a silu_mul of another value", lin, sm, 2, {3}, not_silu, step1},
+           Case{"before a two-input silu_mul", lin, sm, 2, {2, 3}, not_silu, step1},
+           Case{"output over x", lin, sm, 2, {2}, "(their arena rows overlap)", step1, 1},
+           Case{"y read again", lin, sm, 2, {2}, "is read by 2 steps", "program 'forward': value 2", 3, true},
+           Case{"the last step", lin, sm, 2, {2}, "a silu kernel on the last step", "program 'forward' step 0", 3,
+                false, true},
+       }) {
+    SCOPED_TRACE(c.what);
+    auto plan = steps_plan({"linear", "silu_mul", "linear"}, [&](auto& fbb) {
+      const std::vector<int> x = {1}, y = {2}, h = {c.out}, v4 = {4};
+      std::vector<flatbuffers::Offset<fb::Step>> steps = {
+          fb::CreateStepDirect(fbb, c.op, &x, &y, nullptr, nullptr, 0, "gate_up", -1, 0, fb::GemmLibrary::None, -1,
+                               -1, 0, -1, false, -1, c.silu_kernel)};
+      if (!c.last)
+        steps.push_back(fb::CreateStepDirect(fbb, c.next, &c.next_in, &h, nullptr, nullptr, 1, "silu"));
+      if (c.another_reader)
+        steps.push_back(fb::CreateStepDirect(fbb, fb::OpKind::Add, &y, &v4, nullptr, nullptr, -1, "reader"));
+      return steps;
+    });
+    if (!c.error) {
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      EXPECT_EQ((*plan)->program("forward")->steps()->Get(0)->silu_kernel(), 2);
+    } else {
+      expect_step_refused(plan, c.error, c.where);
+    }
+  }
+}
+
 TEST(PlanFile, QuantizedOutputIsChecked) {
   // quantized_output (schema minor 9): rms_norm, add_rms_norm, silu_mul and permute_columns
   // steps with a kernel only; anything else is refused naming the step.
