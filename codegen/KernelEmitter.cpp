@@ -551,12 +551,15 @@ int batchedMinRows(Operation *op) {
 
 FailureOr<std::optional<KernelSpec>> emitSiluLinearKernel(Operation *op) {
   const std::optional<KernelSpec> none;
-  if (op->getName().getStringRef() != "llm.linear" || !hasKernel(op) || op->getNumResults() != 1 ||
-      !quantizedStorage(weightStorage(op, op->getOperand(1))))
+  if (op->getName().getStringRef() != "llm.linear" || !hasKernel(op) || op->getNumResults() != 1)
     return none;
   Operation *silu = op->getNextNode();
   if (!silu || silu->getName().getStringRef() != "llm.silu_mul" || silu->getNumOperands() != 1 ||
       silu->getOperand(0) != op->getResult(0) || !op->getResult(0).hasOneUse() || !hasKernel(silu))
+    return none;
+  // Dense weights: a warp per column of h cannot write a 32-value block's int8 rows.
+  const bool quantized = quantizedStorage(weightStorage(op, op->getOperand(1)));
+  if (!quantized && writesQuantizedOutput(silu))
     return none;
   auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
   auto x = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
@@ -565,7 +568,7 @@ FailureOr<std::optional<KernelSpec>> emitSiluLinearKernel(Operation *op) {
     return none;
   // Only where the plain GEMV has one warp per tile too (its K split over none): a smaller
   // gate|up keeps its K split, which the epilogue's whole-K warps would give up.
-  if (quantizedGemvWarps(type.getDimSize(1), x.getDimSize(1)) != 1)
+  if (quantized && quantizedGemvWarps(type.getDimSize(1), x.getDimSize(1)) != 1)
     return none;
   FailureOr<KernelSpec> spec = emitLinearFamily(op, /*logits=*/false, /*tensorCores=*/false, type.getDimSize(1) / 2);
   if (failed(spec))

@@ -93,13 +93,13 @@ mlir::FailureOr<std::optional<KernelSpec>> emitInputQuantKernel(mlir::Operation 
 /// gathers rows.)
 bool writesQuantizedOutput(mlir::Operation *op);
 
-/// The decode kernel of an llm.linear over quantized weights (cuda_mma_n8) whose result, a fused
-/// gate|up 64·m wide, is read only by the llm.silu_mul just after it (Step.silu_kernel): the GEMV
-/// with the SiLU-mul epilogue (LinearParams::siluInter), writing that silu_mul's result (and its
-/// int8 rows) instead of its own; the runtime then skips the silu_mul launch. Only for shapes
-/// whose plain GEMV has one warp per tile (quantizedGemvWarps: 2048+ tiles, 7B-class models and
-/// up), whose work the epilogue's blocks then split alike. None otherwise (dense weights and
-/// smaller models keep their GEMV and silu_mul).
+/// The decode kernel of an llm.linear whose result, a fused gate|up 64·m wide, is read only by
+/// the llm.silu_mul just after it (Step.silu_kernel): the GEMV with the SiLU-mul epilogue
+/// (LinearParams::siluInter), writing that silu_mul's result (and, quantized weights only, its
+/// int8 rows) instead of its own; the runtime then skips the silu_mul launch. Quantized weights
+/// (cuda_mma_n8): only for shapes whose plain GEMV has one warp per tile (quantizedGemvWarps:
+/// 2048+ tiles, 7B-class models and up, or one 128-wide span), whose work the epilogue's blocks
+/// then split alike; dense weights: unless the silu_mul writes int8 rows. None otherwise.
 mlir::FailureOr<std::optional<KernelSpec>> emitSiluLinearKernel(mlir::Operation *op);
 
 /// The decode kernel of an llm.paged_attention whose q is the result of the llm.rope_kv_store

@@ -107,12 +107,14 @@ struct LinearParams {
   /// kernel before them (sm_90+, where the runtime launches them overlapped with it), in all:
   /// quantized, an equal share of each tile's first bytes; dense, the first blocks' rows. 0: none.
   int64_t l2PrefetchBytes = kDefaultL2PrefetchBytes;
-  /// The SiLU-mul epilogue (quantized CUDA-core GEMV of a fused gate|up projection, n = 2 x
-  /// siluInter, siluInter % 32 == 0): the kernel writes h = silu(y[:, :siluInter]) *
-  /// y[:, siluInter:] ([T, siluInter], the silu_mul kernel's values bit for bit from the same y)
-  /// instead of y, and, when its extra `unsigned char *q8` parameter (after y) is not null, h's
-  /// int8 rows as quantize_q8 writes them. Blocks of 8 warps, one tile each over the whole K:
-  /// y's values are those of the GEMV with one warp per tile. 0: the plain GEMV.
+  /// The SiLU-mul epilogue (CUDA-core GEMV of a fused gate|up projection, n = 2 x siluInter,
+  /// siluInter % 32 == 0): the kernel writes h = silu(y[:, :siluInter]) * y[:, siluInter:]
+  /// ([T, siluInter], the silu_mul kernel's values bit for bit from the same y) instead of y,
+  /// and, quantized weights only, when its extra `unsigned char *q8` parameter (after y) is not
+  /// null, h's int8 rows as quantize_q8 writes them (dense: q8 must be null). Quantized: blocks
+  /// of 8 warps, one tile each over the whole K (y's values those of the GEMV with one warp per
+  /// tile); dense: a warp per column of h (its gate and up rows, as the plain GEMV sums them).
+  /// 0: the plain GEMV.
   int64_t siluInter = 0;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);

@@ -786,14 +786,65 @@ constexpr const char *kSiluEntry = R"cuda(  if (kSiluInter > 0) {
   }
 )cuda";
 
+// The dense GEMV's SiLU·mul epilogue (LinearParams::siluInter): a warp item is column j of h
+// (rows j and kSiluInter + j of the weight) times a token chunk.
+constexpr const char *kDenseSiluFn = R"cuda(
+// h = silu(gate) * up where y's columns are gate [0, kSiluInter) and up [kSiluInter, 2 kSiluInter):
+// a warp sums row j and row kSiluInter + j as gemvRow does (so the same y values) and its lane 0
+// writes h[:, j] (the silu_mul kernel's expression: the same bits from the same y). y itself is
+// not written, nor int8 rows (q8 must be null: a warp holds one column of a 32-value block).
+static_assert(kN == 2 * kSiluInter, "SiLU-mul epilogue: [gate | up]");
+__device__ __forceinline__ float siluMul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+template <int NT>
+__device__ __forceinline__ void gemvSiluColumn(const float *__restrict__ x, const int *__restrict__ rows,
+                                               const unsigned char *__restrict__ w, const float *__restrict__ bias,
+                                               float *__restrict__ h, int t0, int j, int lane) {
+  float g[NT], u[NT];
+  gemvRowSums<NT>(x, rows, w, bias, t0, j, lane, g);
+  gemvRowSums<NT>(x, rows, w, bias, t0, kSiluInter + j, lane, u);
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+      h[(long long)(t0 + i) * kSiluInter + j] = siluMul(g[i], u[i]);
+}
+)cuda";
+constexpr const char *kDenseSiluEntry = R"cuda(  if (kSiluInter > 0) {
+    // Block b's first items are columns kWarps b .. kWarps b + kWarps - 1: those gate and up rows.
+    if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks) {
+      prefetchWeightL2(w, blockIdx.x * kPrefetchBytes, (blockIdx.x + 1) * kPrefetchBytes);
+      prefetchWeightL2(w, kSiluInter / kWarps * kPrefetchBytes + blockIdx.x * kPrefetchBytes,
+                       kSiluInter / kWarps * kPrefetchBytes + (blockIdx.x + 1) * kPrefetchBytes);
+    }
+    llmcGridDependencyWait();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long items = ((long long)T + kTokens - 1) / kTokens * kSiluInter;
+    for (long long item = (long long)blockIdx.x * kWarps + warp; item < items;
+         item += (long long)gridDim.x * kWarps) {
+      const int j = (int)(item % kSiluInter);
+      const int t0 = (int)(item / kSiluInter) * kTokens;
+      const int nt = T - t0 < kTokens ? T - t0 : kTokens;
+      if (nt >= 4)
+        gemvSiluColumn<4>(x, rows, w, bias, y, t0, j, lane);
+      else if (nt == 3)
+        gemvSiluColumn<3>(x, rows, w, bias, y, t0, j, lane);
+      else if (nt == 2)
+        gemvSiluColumn<2>(x, rows, w, bias, y, t0, j, lane);
+      else
+        gemvSiluColumn<1>(x, rows, w, bias, y, t0, j, lane);
+    }
+    return;
+  }
+)cuda";
+
 constexpr const char *kDenseTemplate = R"cuda(namespace {
 // CUDA cores, one item: weight row `row` times tokens t0 .. t0 + NT - 1; lanes stride over K and
 // a five-step xor shuffle tree finishes each sum (every lane takes part).
 static_assert(kTokens == 4, "the dispatch below handles 1 to 4 tokens per item");
+// The sums of row `row` (bias added) for tokens t0 .. t0 + NT - 1 into s[], in every lane.
 template <int NT>
-__device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *__restrict__ rows,
-                                        const unsigned char *__restrict__ w, const float *__restrict__ bias,
-                                        float *__restrict__ y, int t0, int row, int lane) {
+__device__ __forceinline__ void gemvRowSums(const float *__restrict__ x, const int *__restrict__ rows,
+                                            const unsigned char *__restrict__ w, const float *__restrict__ bias,
+                                            int t0, int row, int lane, float s[NT]) {
   const float *xr[NT];
   float acc[NT];
   gemvStart<NT>(x, rows, t0, xr, acc);
@@ -831,17 +882,27 @@ __device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1)
       a += __shfl_xor_sync(0xffffffffu, a, m);
-    if (lane == 0)
-      y[(long long)(t0 + i) * kN + row] = kHasBias ? a + bias[row] : a;
+    s[i] = kHasBias ? a + bias[row] : a;
   }
 }
-} // namespace
+template <int NT>
+__device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *__restrict__ rows,
+                                        const unsigned char *__restrict__ w, const float *__restrict__ bias,
+                                        float *__restrict__ y, int t0, int row, int lane) {
+  float s[NT];
+  gemvRowSums<NT>(x, rows, w, bias, t0, row, lane, s);
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+      y[(long long)(t0 + i) * kN + row] = s[i];
+}
+${SILU_FN}} // namespace
 
 extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
-         float *__restrict__ y, int T) {
-  // Block b's first items are rows kWarps b .. kWarps b + kWarps - 1 (of the first token chunk).
+         float *__restrict__ y${SILU_PARAM}, int T) {
+${SILU_ENTRY}  // Block b's first items are rows kWarps b .. kWarps b + kWarps - 1 (of the first token chunk).
   if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
     prefetchWeightL2(w, blockIdx.x * kPrefetchBytes, (blockIdx.x + 1) * kPrefetchBytes);
   llmcGridDependencyWait();
@@ -992,14 +1053,15 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
                                    "CUDA-core GEMV (weight '" + p.weight + "'" +
                                    (p.tensorCores ? ", tensor cores" : "") + ")");
   const bool silu = p.siluInter > 0;
-  if (silu && (storage->dense || p.tensorCores || p.gatherRows || p.siluInter % 32 != 0 || p.n != 2 * p.siluInter))
-    return llmrt::invalid_argument(std::string(what) + ": the SiLU-mul epilogue needs the quantized CUDA-core GEMV "
+  if (silu && (p.tensorCores || p.gatherRows || p.siluInter % 32 != 0 || p.n != 2 * p.siluInter))
+    return llmrt::invalid_argument(std::string(what) + ": the SiLU-mul epilogue needs the CUDA-core GEMV "
                                    "of a linear [gate | up] with n = 2 x " + std::to_string(p.siluInter) +
                                    ", a multiple of 64 (n " + std::to_string(p.n) + ", weight '" + p.weight + "')");
   const int64_t tiles = (p.n + 7) / 8, spans = (p.k + 127) / 128;
   const bool splitK = !storage->dense && !p.tensorCores;
-  // (The SiLU-mul epilogue: one warp per tile over the whole K, 8 tiles per block.)
-  const int warps = silu ? 1 : splitK ? quantizedGemvWarps(p.n, p.k) : kWarpsPerBlock;
+  // (The SiLU-mul epilogue: quantized, one warp per tile over the whole K, 8 tiles per block;
+  // dense, a warp per column of h: its gate and up rows.)
+  const int warps = silu && splitK ? 1 : splitK ? quantizedGemvWarps(p.n, p.k) : kWarpsPerBlock;
   // The L2 prefetch before the wait (CUDA cores only; the tensor-core kernels serve steps of many
   // rows, whose kernel before is no short one): quantized, block b its tile b's first bytes, an
   // equal share of l2PrefetchBytes (the GEMV is one wave: every block is resident early);
@@ -1010,7 +1072,9 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   if (!p.tensorCores && p.l2PrefetchBytes > 0) {
     if (storage->dense) {
       prefetchBytes = kWarpsPerBlock * p.k * (storage->denseType == 2 ? 4 : 2);
-      prefetchBlocks = std::min((p.n + kWarpsPerBlock - 1) / kWarpsPerBlock, p.l2PrefetchBytes / prefetchBytes);
+      prefetchBlocks = silu ? std::min((p.siluInter + kWarpsPerBlock - 1) / kWarpsPerBlock,
+                                       p.l2PrefetchBytes / (2 * prefetchBytes)) // (gate and up rows)
+                            : std::min((p.n + kWarpsPerBlock - 1) / kWarpsPerBlock, p.l2PrefetchBytes / prefetchBytes);
     } else {
       prefetchBytes = std::min(storage->tileBytes, p.l2PrefetchBytes / tiles / 16 * 16);
       prefetchBlocks = prefetchBytes >= 128 ? tiles : 0;
@@ -1055,7 +1119,10 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // compile without spills on sm_80 - sm_90 for Llama-3-8B's shapes. The f32 GEMV (scalar
     // loads) and the tensor-core tiles keep ptxas' own choice.
     const bool budget = !p.tensorCores && storage->denseType != 2;
-    body += detail::substitute(kDenseTemplate, {{"LAUNCH_BOUNDS", budget ? "kWarps * 32, 8" : "kWarps * 32"}});
+    body += detail::substitute(kDenseTemplate, {{"LAUNCH_BOUNDS", budget ? "kWarps * 32, 8" : "kWarps * 32"},
+                                                {"SILU_FN", silu ? kDenseSiluFn : ""},
+                                                {"SILU_PARAM", silu ? ", unsigned char *q8" : ""},
+                                                {"SILU_ENTRY", silu ? kDenseSiluEntry : ""}});
   } else {
     // The quantized tensor-core tiles' budget: 5 blocks per SM, 96 registers. Left to itself
     // ptxas held them at 64 registers on some SKUs and spilled 16-48 bytes (sm_86/89: int4-g128
@@ -1089,8 +1156,11 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     prefix += "_silu";
   // Grid: one warp (split K: one block) per item of the first token chunk; more token chunks
   // are walked by the grid-stride loop. The SiLU-mul epilogue: a block of 8 warps per 32 columns.
-  const int64_t blocks = silu ? p.siluInter / 32 : splitK ? items : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, silu ? 256 : 32 * warps,
+  const int64_t blocks = silu && !storage->dense ? p.siluInter / 32
+                         : silu                 ? (p.siluInter + kWarpsPerBlock - 1) / kWarpsPerBlock
+                         : splitK               ? items
+                                                : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, silu && !storage->dense ? 256 : 32 * warps,
                             "rows/" + std::to_string(kTokensPerItem) + "*" + std::to_string(blocks));
 }
 

@@ -158,6 +158,7 @@ uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens) {
   }
   // A silu kernel (Step.silu_kernel) writes the silu_mul's int8 rows after those of its own
   // input, which it reads meanwhile: room for both.
+  silu = silu && row > 0;
   if (silu) row *= 2;
   return (row * static_cast<uint64_t>(max_tokens) + 255) / 256 * 256 + (silu ? 256 : 0);
 }

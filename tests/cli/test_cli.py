@@ -330,14 +330,15 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
         assert prog["steps_with_rope_kernel"] == prog["ops"]["PagedAttention"] == prog["ops"]["RopeKvStore"] > 0, prog
         rope = rb"llm_paged_attention_h\d+_kv\d+_d\d+_b\d+(?:_w\d+)?(?:_i8)?_rope(?:_q8)?_[0-9a-f]{12}(?!\w)"
         assert len(set(re.findall(rope, blob))) == 1
-    # Every layer's decode gate|up GEMV over quantized weights (mma layout) can do the silu_mul
-    # after it (plan Step.silu_kernel): one more GEMV kernel with it inside, for all layers.
+    # Every layer's decode gate|up GEMV can do the silu_mul after it (plan Step.silu_kernel): one
+    # more GEMV kernel with it inside, for all layers; quantized (mma layout) or dense.
     for prog, blob in ((gptq, gptq_blob), (sym, sym_blob)):
         assert prog["steps_with_silu_kernel"] == prog["ops"]["SiluMul"] > 0, prog
         assert len(set(re.findall(rb"llm_linear_n\d+_k\d+_\w+?_mma8_q8a_silu_[0-9a-f]{12}(?!\w)", blob))) == 1
-    assert default["steps_with_silu_kernel"] == 0, default
-    # Only where the plain GEMV has one warp per tile (these fixtures: one 128-wide span): a
-    # gate|up of 64 tiles over 4096 inputs splits K over 8 warps and keeps its silu_mul launch.
+    assert default["steps_with_silu_kernel"] == default["ops"]["SiluMul"] > 0, default
+    assert len(set(re.findall(rb"llm_linear_n\d+_k\d+_bf16_silu_[0-9a-f]{12}(?!\w)", default_blob))) == 1
+    # Quantized, only where the plain GEMV has one warp per tile (these fixtures: one 128-wide
+    # span): a gate|up of 64 tiles over 4096 inputs splits K over 8 warps and keeps its silu_mul.
     split = tmp_path / "split_k"
     split.mkdir()
     config = json.loads((REPO / "tests" / "gpu" / "llama3_8b_config.json").read_text())

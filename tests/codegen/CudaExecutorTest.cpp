@@ -403,10 +403,12 @@ TEST(CudaExecutor, KernelsAfterKernelsLaunchOverlappedOnSm90) {
     EXPECT_EQ(gpu->programmatic_launch(), on);
     const int steps = static_cast<int>(pl.program("forward")->steps()->size());
     EXPECT_EQ(gpu->overlapped_kernels(), on ? steps : 0);
-    // A prefill launches every step's kernel, a decode step one fewer per layer (its
-    // rope_kv_store inside the attention kernel, also overlapped).
+    // A prefill launches every step's kernel but the silu_mul's (inside the gate|up GEMV: these
+    // GEMVs run at every row count), a decode step one fewer per layer again (its rope_kv_store
+    // inside the attention kernel, also overlapped).
     const int prefill = gpu->launches_per_step() + gpu->rope_in_attention_steps();
-    ASSERT_EQ(prefill, steps);
+    EXPECT_EQ(gpu->silu_in_gemv_steps(), gpu->num_layers());
+    ASSERT_EQ(prefill, steps - gpu->silu_in_gemv_steps());
     llmrt::Profiler profiler;
     if (mode == kProfiled)
       gpu->set_profiler(&profiler);
@@ -608,14 +610,20 @@ TEST(CudaExecutor, GateUpGemvDoesTheSiluMulOfItsLayer) {
   // 3 decode steps are those of the same executor told not to (--no-silu-in-gemv), bit for bit
   // (the plan has that kernel only where the plain GEMV has one warp per tile too: here a gate|up
   // of 2 x 8224 rows, 2056 tiles, over a hidden size of 32, one short span), and close to the
-  // CPU's (int8 activations: its fast contract; f32: its reference one).
-  for (const char *gemv : {"int8", "f32"}) {
+  // CPU's (int8 activations: its fast contract; f32: its reference one). Dense bf16 weights too,
+  // the tiny Llama (a warp per column of h, any shape; no tensor cores, so that the prefill runs
+  // the GEMV as well).
+  for (const char *gemv : {"int8", "f32", "bf16"}) {
     SCOPED_TRACE(gemv);
     const bool int8 = std::string(gemv) == "int8"; // (f32 activations: the CPU's reference contract)
+    const bool dense = std::string(gemv) == "bf16";
     TempDir dir;
-    auto plan = llmrt::Plan::open(compilePlan(dir, writeSmallConfig(dir, 64, 512, 8224, 2),
-                                              std::string("--synthetic-weights 7 --target sm_90 --weight-layout cuda-mma "
-                                                          "--quantize int4-g32 --quant-gemv ") + gemv));
+    auto plan = llmrt::Plan::open(
+        dense ? compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                            "--target sm_90 --weight-dtype bf16 --no-tensor-cores")
+              : compilePlan(dir, writeSmallConfig(dir, 64, 512, 8224, 2),
+                            std::string("--synthetic-weights 7 --target sm_90 --weight-layout cuda-mma --quantize "
+                                        "int4-g32 --quant-gemv ") + gemv));
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     std::vector<std::vector<float>> logits(2);
     std::vector<int> quantizes(2);

@@ -668,7 +668,65 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
       EXPECT_EQ(bad, 0u) << "grid " << grid;
     }
   }
-  // Refused: dense weights, tensor cores, n not 2 x inter, inter not a multiple of 32.
+  // Dense weights: a warp per column of h, its gate and up rows summed as the plain GEMV sums
+  // them (a warp per row): h bit for bit the GEMV then silu_mul, f32 / bf16 / f16, bias, K not a
+  // multiple of 8, 1-4 tokens and a second chunk, one block for everything.
+  struct Dense {
+    const char *type;
+    int inter, k, T;
+    bool bias;
+  };
+  for (const Dense &c : {Dense{"bf16", 96, 160, 6, false}, Dense{"f16", 64, 72, 3, true}, Dense{"f32", 32, 100, 5, true},
+                         Dense{"bf16", 32, 64, 1, true}}) {
+    SCOPED_TRACE(std::string(c.type) + " inter=" + std::to_string(c.inter) + " k=" + std::to_string(c.k) +
+                 " T=" + std::to_string(c.T));
+    const int n = 2 * c.inter;
+    llmc::LinearParams p;
+    p.n = n;
+    p.k = c.k;
+    p.weight = c.type;
+    p.bias = c.bias;
+    auto plain = llmc::emitLinearKernel(p);
+    p.siluInter = c.inter;
+    auto fused = llmc::emitLinearKernel(p);
+    auto silu = llmc::emitSiluMulKernel({c.inter, true});
+    ASSERT_TRUE(plain.ok() && fused.ok() && silu.ok()) << fused.status().to_string();
+    EXPECT_NE(fused->entry.find("_silu"), std::string::npos) << fused->entry;
+    HostKernel kp(*plain, kParams, kArgs);
+    HostKernel kf(*fused, std::string(kParams).replace(std::string(kParams).find(", int T"), 7,
+                                                       ", unsigned char *q8, int T"),
+                  "x, w, bias, rows, y, q8, T");
+    HostKernel ks(*silu, "const float *gate_up, float *out, int T", "gate_up, out, T");
+    ASSERT_TRUE(kp.ok() && kf.ok() && ks.ok()) << kp.error() << kf.error() << ks.error();
+    const Weight w = denseWeight(c.type, n, c.k, 29);
+    const std::vector<float> x = randomVector(size_t(c.T) * c.k, 97), bias = randomVector(size_t(n), 98);
+    const float *b = c.bias ? bias.data() : nullptr;
+    std::vector<float> y(size_t(c.T) * n, NAN), want(size_t(c.T) * c.inter, NAN);
+    kp.get<LinearFn>()(x.data(), w.bytes.data(), b, nullptr, y.data(), c.T, gridFor(*plain, c.T));
+    ks.get<void (*)(const float *, float *, int, unsigned)>()(y.data(), want.data(), c.T, gridFor(*silu, c.T));
+    for (const unsigned grid : {unsigned(gridFor(*fused, c.T)), 1u}) {
+      std::vector<float> h(want.size(), NAN);
+      kf.get<SiluFn>()(x.data(), w.bytes.data(), b, nullptr, h.data(), nullptr, c.T, grid);
+      EXPECT_TRUE(bitEqual(h, want)) << "grid " << grid;
+      // Before its wait, block b asks the L2 for its first columns' gate rows 4 b .. 4 b + 3 and
+      // their up rows (whole 16-byte units inside each range; these ranges are one piece each).
+      const unsigned long long base = reinterpret_cast<unsigned long long>(w.bytes.data());
+      const unsigned long long perBlock = 4ull * c.k * (std::string(c.type) == "f32" ? 4 : 2);
+      std::vector<HostKernel::Prefetch> expect;
+      for (unsigned blk = 0; blk < std::min<unsigned>(unsigned(c.inter / 4), grid); ++blk)
+        for (const unsigned long long from : {blk * perBlock, c.inter / 4 * perBlock + blk * perBlock}) {
+          const unsigned long long a = (base + from + 15) & ~15ull, e = (base + from + perBlock) & ~15ull;
+          expect.push_back({blk, 0u, a, unsigned(e - a)});
+        }
+      const std::vector<HostKernel::Prefetch> log = kf.prefetches();
+      ASSERT_EQ(log.size(), expect.size()) << "grid " << grid;
+      for (size_t i = 0; i < log.size(); ++i)
+        EXPECT_TRUE(log[i].block == expect[i].block && log[i].thread == 0 && log[i].address == expect[i].address &&
+                    log[i].bytes == expect[i].bytes)
+            << i << ": block " << log[i].block << " at " << log[i].address - base << ", " << log[i].bytes;
+    }
+  }
+  // Refused: tensor cores, n not 2 x inter, inter not a multiple of 32.
   llmc::LinearParams bad;
   bad.n = 128;
   bad.k = 64;
@@ -683,7 +741,7 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
   bad.tensorCores = true;
   EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
   bad.tensorCores = false;
-  bad.weight = "bf16";
+  bad.gatherRows = true;
   EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
 }
 

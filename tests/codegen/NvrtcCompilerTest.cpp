@@ -119,8 +119,8 @@ std::vector<KernelSpec> allFamilies() {
     gateUp.siluInter = 14336;
     add(llmc::emitLinearKernel(gateUp));
   }
-  {
-    llmc::LinearParams gateUp{28672, 4096, "int4-g32-f16-min", false, false, false, true};
+  for (const char *weight : {"int4-g32-f16-min", "bf16"}) { // (bf16: a warp per column of h)
+    llmc::LinearParams gateUp{28672, 4096, weight, false, false, false, weight[0] == 'i'};
     gateUp.siluInter = 14336;
     add(llmc::emitLinearKernel(gateUp));
   }

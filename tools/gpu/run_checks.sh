@@ -17,9 +17,9 @@
 #   gemv       int4-g128 decode (batch 1 and 8) on the GEMV over f32 activations, to compare with the
 #              default int8-activation (dp4a) GEMV of the bench stage; and with a quantize_q8
 #              launch before each GEMV (--no-fused-quantize); bf16 decode with each layer's
-#              rope_kv_store launched apart from its attention (--no-rope-in-attention); int4
-#              batch-1 decode with each layer's silu_mul launched apart from its gate|up GEMV
-#              (--no-silu-in-gemv); both 8B
+#              rope_kv_store launched apart from its attention (--no-rope-in-attention); both
+#              8B plans' batch-1 decode with each layer's silu_mul launched apart from its gate|up
+#              GEMV (--no-silu-in-gemv); both 8B
 #              plans' batch-1 decode with GEMVs that ask the L2 for nothing before their wait on
 #              the kernel before them (plans compiled with --gemv-l2-prefetch 0)
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
@@ -227,7 +227,7 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   fi
 }
 
-if stage gemv 180; then
+if stage gemv 200; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
     bench_case "$plan, batch-1 decode with GEMVs that prefetch nothing before their wait (--gemv-l2-prefetch 0 plan; the bench above: 16 MiB):" \
       "${plan}_noprefetch" 100 --pp 0 --tg 64 --batch 0 -r 2
@@ -238,8 +238,10 @@ if stage gemv 180; then
     llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 8 -r 2 --no-fused-quantize
   bench_case "bf16 decode with each layer's rope_kv_store launched before its attention (--no-rope-in-attention; the bench above: inside it):" \
     llama3_8b_bf16 100 --pp 0 --tg 64 --batch 8 -r 2 --no-rope-in-attention
-  bench_case "int4-g128 batch-1 decode with each layer's silu_mul launched after its gate|up GEMV (--no-silu-in-gemv; the bench above: inside it):" \
-    llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 0 -r 2 --no-silu-in-gemv
+  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+    bench_case "$plan, batch-1 decode with each layer's silu_mul launched after its gate|up GEMV (--no-silu-in-gemv; the bench above: inside it):" \
+      "$plan" 100 --pp 0 --tg 64 --batch 0 -r 2 --no-silu-in-gemv
+  done
 fi
 
 if stage hf 80; then
