@@ -60,9 +60,9 @@ constexpr bool kGather = ${GATHER};  // logits: output row r reads x row rows[r]
 constexpr bool kTensorCores = ${TENSOR_CORES}; // the tensor-core kernel (sm_80+), else CUDA cores
 // Quantized CUDA-core GEMV only: x holds quantize_q8's int8 rows (already gathered), not f32.
 constexpr bool kInt8Activations = ${INT8_ACTIVATIONS};
-// Quantized CUDA-core GEMV only: y = [gate | up] of kSiluInter columns each, and the kernel
-// writes h = silu(gate) * up [T, kSiluInter] (and its int8 rows) instead (LinearParams::
-// siluInter); 0: it writes y.
+// CUDA-core GEMV only: y = [gate | up] of kSiluInter columns each, and the kernel writes
+// h = silu(gate) * up [T, kSiluInter] (quantized weights: and its int8 rows) instead
+// (LinearParams::siluInter); 0: it writes y.
 constexpr int kSiluInter = ${SILU_INTER};
 // Before its wait on the kernel before (programmatic dependent launch), block b < kPrefetchBlocks
 // asks the L2 for the first kPrefetchBytes of the weight bytes its first item reads (LinearParams::

@@ -440,8 +440,7 @@ Status CudaExecutor::decode(const Plan& plan) {
       RETURN_IF_ERROR(launch(s.silu_kernel(), &st.silu));
       const fb::Step* next = prog->steps()->Get(static_cast<flatbuffers::uoffset_t>(i) + 1);
       auto q8_row = [&](int id) {
-        const uint64_t k = prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width();
-        return (k + 127) / 128 * 160;
+        return q8_row_bytes(prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width());
       };
       st.silu_q8_rows[0] = q8_row(st.in[0]);
       st.silu_q8_rows[1] = q8_row(next->outputs()->Get(0));

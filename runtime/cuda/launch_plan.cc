@@ -154,7 +154,7 @@ uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens) {
     const int id = v->Get(0);
     if (id < 0 || id >= static_cast<int>(prog->values()->size())) continue;  // (the plan reader refuses it)
     const uint64_t k = static_cast<uint64_t>(prog->values()->Get(static_cast<flatbuffers::uoffset_t>(id))->width());
-    row = std::max<uint64_t>(row, (k + 127) / 128 * 160);
+    row = std::max<uint64_t>(row, q8_row_bytes(k));
   }
   // A silu kernel (Step.silu_kernel) writes the silu_mul's int8 rows after those of its own
   // input, which it reads meanwhile: room for both.

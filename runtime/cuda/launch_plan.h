@@ -58,6 +58,8 @@ uint64_t gemm_library_weight_bytes(const fb::Plan& plan);
 /// that and 256 bytes when a step has a silu_kernel (which writes the silu_mul's rows after those
 /// of its own input, 256-aligned). 0 when no step has one.
 uint64_t quant_input_bytes(const fb::Plan& plan, int max_tokens);
+/// Bytes of one such int8 row of k values (quantize_q8's layout).
+inline uint64_t q8_row_bytes(uint64_t k) { return (k + 127) / 128 * 160; }
 
 struct DeviceMemoryPlan {
   uint64_t budget = 0;          // utilization * total device memory

@@ -595,6 +595,10 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
     int inter, k, T;
     bool bias, int8;
   };
+  // The epilogue's kernel: the GEMV's parameters and the int8 rows of h after y (= h).
+  constexpr const char *kSiluParams = "const float *x, const unsigned char *w, const float *bias, const int *rows, "
+                                      "float *y, unsigned char *q8, int T";
+  constexpr const char *kSiluArgs = "x, w, bias, rows, y, q8, T";
   using SiluFn = void (*)(const float *, const unsigned char *, const float *, const int *, float *,
                           unsigned char *, int, unsigned);
   using SiluMulFn = void (*)(const float *, float *, unsigned char *, int, unsigned);
@@ -619,9 +623,7 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
     EXPECT_EQ(fused->gridRule, "rows/4*" + std::to_string(c.inter / 32));
     const bool oneWarpPerTile = plain->source.find("constexpr int kWarps = 1;") != std::string::npos;
     HostKernel kp(*plain, kParams, kArgs);
-    HostKernel kf(*fused, std::string(kParams).replace(std::string(kParams).find(", int T"), 7,
-                                                       ", unsigned char *q8, int T"),
-                  "x, w, bias, rows, y, q8, T");
+    HostKernel kf(*fused, kSiluParams, kSiluArgs);
     HostKernel ks(*silu, "const float *gate_up, float *out, unsigned char *q8, int T", "gate_up, out, q8, T");
     ASSERT_TRUE(kp.ok() && kf.ok() && ks.ok()) << kp.error() << kf.error() << ks.error();
     const Weight w = quantizedWeight(c.format, n, c.k, 23);
@@ -693,9 +695,7 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
     ASSERT_TRUE(plain.ok() && fused.ok() && silu.ok()) << fused.status().to_string();
     EXPECT_NE(fused->entry.find("_silu"), std::string::npos) << fused->entry;
     HostKernel kp(*plain, kParams, kArgs);
-    HostKernel kf(*fused, std::string(kParams).replace(std::string(kParams).find(", int T"), 7,
-                                                       ", unsigned char *q8, int T"),
-                  "x, w, bias, rows, y, q8, T");
+    HostKernel kf(*fused, kSiluParams, kSiluArgs);
     HostKernel ks(*silu, "const float *gate_up, float *out, int T", "gate_up, out, T");
     ASSERT_TRUE(kp.ok() && kf.ok() && ks.ok()) << kp.error() << kf.error() << ks.error();
     const Weight w = denseWeight(c.type, n, c.k, 29);
