@@ -262,7 +262,8 @@ std::string weightStorage(Operation *op, Value v) {
   return quant.getValue().str();
 }
 
-FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCores = false, int64_t siluInter = 0) {
+FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCores = false, int64_t siluInter = 0,
+                                       std::optional<RmsNormParams> addRmsNorm = std::nullopt) {
   const unsigned n = op->getNumOperands();
   if (!logits && n != 2 && n != 3)
     return op->emitOpError() << "GPU codegen: linear takes x, weight and an optional bias, got " << n
@@ -288,6 +289,7 @@ FailureOr<KernelSpec> emitLinearFamily(Operation *op, bool logits, bool tensorCo
   p.gatherRows = logits;
   p.int8Activations = !tensorCores && usesInt8Activations(op);
   p.siluInter = siluInter;
+  p.addRmsNorm = addRmsNorm;
   if (ModuleOp module = op->getParentOfType<ModuleOp>())
     if (auto bytes = module->getAttrOfType<IntegerAttr>("llm.gpu_gemv_l2_prefetch_bytes"))
       p.l2PrefetchBytes = bytes.getInt();
@@ -571,6 +573,33 @@ FailureOr<std::optional<KernelSpec>> emitSiluLinearKernel(Operation *op) {
   if (quantized && quantizedGemvWarps(type.getDimSize(1), x.getDimSize(1)) != 1)
     return none;
   FailureOr<KernelSpec> spec = emitLinearFamily(op, /*logits=*/false, /*tensorCores=*/false, type.getDimSize(1) / 2);
+  if (failed(spec))
+    return failure();
+  return std::optional<KernelSpec>(std::move(*spec));
+}
+
+FailureOr<std::optional<KernelSpec>> emitNormLinearKernel(Operation *op) {
+  const std::optional<KernelSpec> none;
+  if (op->getName().getStringRef() != "llm.linear" || !hasKernel(op) || op->getNumResults() != 1)
+    return none;
+  Operation *norm = op->getNextNode();
+  // (Weights are no steps: the norm's weight comes between.)
+  while (norm && (norm->getName().getStringRef() == "llm.weight" || norm->getName().getStringRef() == "llm.weight_concat"))
+    norm = norm->getNextNode();
+  if (!norm || norm->getName().getStringRef() != "llm.add_rms_norm" || norm->getNumOperands() != 3 ||
+      norm->getNumResults() != 2 || !hasKernel(norm) ||
+      (norm->getOperand(0) == op->getResult(0)) == (norm->getOperand(1) == op->getResult(0)))
+    return none;
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  auto w = dyn_cast<RankedTensorType>(norm->getOperand(2).getType());
+  if (!type || type.getRank() != 2 || type.isDynamicDim(1) || !w || w.getRank() != 1 ||
+      w.getDimSize(0) != type.getDimSize(1))
+    return none;
+  FailureOr<double> eps = numberAttr(norm, "eps"); // (the add_rms_norm's own kernel reads it alike)
+  if (failed(eps))
+    return failure();
+  const RmsNormParams p{type.getDimSize(1), type.getDimSize(1), static_cast<float>(*eps), writesQuantizedOutput(norm)};
+  FailureOr<KernelSpec> spec = emitLinearFamily(op, /*logits=*/false, /*tensorCores=*/false, 0, p);
   if (failed(spec))
     return failure();
   return std::optional<KernelSpec>(std::move(*spec));

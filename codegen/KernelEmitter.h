@@ -102,6 +102,13 @@ bool writesQuantizedOutput(mlir::Operation *op);
 /// then split alike; dense weights: unless the silu_mul writes int8 rows. None otherwise.
 mlir::FailureOr<std::optional<KernelSpec>> emitSiluLinearKernel(mlir::Operation *op);
 
+/// The decode kernel of an llm.linear whose result is an input (x or residual) of the
+/// llm.add_rms_norm just after it (Step.norm_kernel): the GEMV with the add_rms_norm epilogue
+/// (LinearParams::addRmsNorm), which still writes its result and then, in its last block to
+/// finish, that add_rms_norm's results (the add_rms_norm kernel's bits, its int8 rows where that
+/// kernel writes them); the runtime then skips the add_rms_norm launch. None otherwise.
+mlir::FailureOr<std::optional<KernelSpec>> emitNormLinearKernel(mlir::Operation *op);
+
 /// The decode kernel of an llm.paged_attention whose q is the result of the llm.rope_kv_store
 /// just before it, used by nothing else (AttentionParams::rope, Step.rope_kernel): the per-row
 /// kernel doing that step's work too, for steps in which every sequence has one row; the runtime

@@ -116,6 +116,15 @@ struct LinearParams {
   /// tile); dense: a warp per column of h (its gate and up rows, as the plain GEMV sums them).
   /// 0: the plain GEMV.
   int64_t siluInter = 0;
+  /// The add_rms_norm after it (CUDA-core GEMV, not with siluInter; addRmsNorm->dim == n, one
+  /// group over the row): the kernel still writes y, then takes that step's parameters after y --
+  /// (const float *other, const float *w, float *normed, float *sum, unsigned char *q8) with
+  /// `other` its input that is not y (x + residual: either order, the same sum) and q8 as
+  /// RmsNormParams::quantizedOutput's (null: none) -- and the workspace (KernelSpec::
+  /// workspaceBytes, before T). Its last block to finish does the add_rms_norm of all T rows,
+  /// the add_rms_norm kernel's values bit for bit (codegen/RmsNormKernel.cpp): one launch
+  /// instead of two where a decode step's rows are few (each row is one block's work then).
+  std::optional<RmsNormParams> addRmsNorm;
 };
 llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p);
 /// Warps per block (each item's K split over them) of the quantized CUDA-core GEMV of [n, k]:

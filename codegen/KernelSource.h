@@ -72,6 +72,13 @@ extern const char *const kInt8RowStore;
 /// nothing when q8 is null. Defined in QuantizeQ8Kernel.cpp.
 extern const char *const kQuantizeQ8Store;
 
+/// CUDA source of addRmsNormLastBlock(y, other, w, normed, sum, q8, work, T), the add_rms_norm
+/// of p (its kernel's operations and order: the same bits) done after a kernel of `threads`
+/// threads per block by its last block to finish (LinearParams::addRmsNorm; every thread of
+/// every block calls it last; `work`: a zero-filled workspace word it leaves zero). With
+/// p.quantizedOutput the including source defines storeQ8Value (kQuantizeQ8Store).
+llmrt::StatusOr<std::string> addRmsNormEpilogueSource(const RmsNormParams &p, int threads);
+
 /// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or
 /// a quantized format of runtime/quant/quant_format.h in the cuda_mma_n8 layout.
 struct WeightSource {

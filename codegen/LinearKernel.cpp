@@ -647,11 +647,11 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
   __syncthreads(); // `part` is reused by the block's next item
 }
 ${SILU_FN}} // namespace
-
+${NORM_FN}
 extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
-         float *__restrict__ y${SILU_PARAM}, int T) {
+         float *__restrict__ y${SILU_PARAM}${NORM_PARAM}, int T) {
 ${SILU_ENTRY}  // Block b's first item is tile b (of the first token chunk): its scales, then its spans in order.
   if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
     prefetchWeightL2(w, blockIdx.x * kTileBytes, blockIdx.x * kTileBytes + kPrefetchBytes);
@@ -720,7 +720,7 @@ ${SILU_ENTRY}  // Block b's first item is tile b (of the first token chunk): its
     else
       gemvItem<1>(x, rows, base, bias, y, t0, tile, lane, n, q, warp, part, stages[warp], &scales[warp]);
   }
-}
+${NORM_EPILOGUE}}
 )cuda";
 
 // The SiLU·mul epilogue of the quantized CUDA-core GEMV (LinearParams::siluInter): gemvSiluItems
@@ -897,11 +897,11 @@ __device__ __forceinline__ void gemvRow(const float *__restrict__ x, const int *
       y[(long long)(t0 + i) * kN + row] = s[i];
 }
 ${SILU_FN}} // namespace
-
+${NORM_FN}
 extern "C" __global__ void __launch_bounds__(${LAUNCH_BOUNDS})
 ${ENTRY}(const float *__restrict__ x, const unsigned char *__restrict__ w,
          const float *__restrict__ bias, const int *__restrict__ rows,
-         float *__restrict__ y${SILU_PARAM}, int T) {
+         float *__restrict__ y${SILU_PARAM}${NORM_PARAM}, int T) {
 ${SILU_ENTRY}  // Block b's first items are rows kWarps b .. kWarps b + kWarps - 1 (of the first token chunk).
   if (kPrefetchBlocks > 0 && threadIdx.x == 0 && blockIdx.x < kPrefetchBlocks)
     prefetchWeightL2(w, blockIdx.x * kPrefetchBytes, (blockIdx.x + 1) * kPrefetchBytes);
@@ -953,7 +953,7 @@ ${SILU_ENTRY}  // Block b's first items are rows kWarps b .. kWarps b + kWarps -
     else
       gemvRow<1>(x, rows, w, bias, y, t0, row, lane);
   }
-}
+${NORM_EPILOGUE}}
 )cuda";
 
 // dequant_bf16: one warp per (tile, span) item, lane L holding row L / 4's fragment elements of
@@ -1057,7 +1057,12 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     return llmrt::invalid_argument(std::string(what) + ": the SiLU-mul epilogue needs the CUDA-core GEMV "
                                    "of a linear [gate | up] with n = 2 x " + std::to_string(p.siluInter) +
                                    ", a multiple of 64 (n " + std::to_string(p.n) + ", weight '" + p.weight + "')");
-  const int64_t tiles = (p.n + 7) / 8, spans = (p.k + 127) / 128;
+  const bool norm = p.addRmsNorm.has_value();
+  if (norm && (p.tensorCores || p.gatherRows || silu || p.addRmsNorm->dim != p.n))
+    return llmrt::invalid_argument(std::string(what) + ": the add_rms_norm epilogue needs the CUDA-core GEMV of "
+                                   "a linear without the SiLU-mul one, over the norm's width (n " + std::to_string(p.n) +
+                                   ", norm width " + std::to_string(p.addRmsNorm->dim) + ")");
+  const int64_t tiles = (p.n + 7) / 8;
   const bool splitK = !storage->dense && !p.tensorCores;
   // (The SiLU-mul epilogue: quantized, one warp per tile over the whole K, 8 tiles per block;
   // dense, a warp per column of h: its gate and up rows.)
@@ -1099,7 +1104,11 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
                      " k=" + std::to_string(p.k) + " weight=" + p.weight +
                      (p.bias ? " bias" : "") +
                      "\n// Params: (const float *x, const unsigned char *w, const float *bias, "
-                     "const int *rows, float *y" + (silu ? ", unsigned char *q8" : "") + ", int T)\n" +
+                     "const int *rows, float *y" + (silu ? ", unsigned char *q8" : "") +
+                     (norm ? ", const float *other, const float *norm_w, float *normed, float *sum, "
+                             "unsigned char *q8, unsigned char *work" : "") + ", int T)\n" +
+                     (norm ? "// then the add_rms_norm of (y, other) by the last block: normed, sum, q8 (int8 rows "
+                             "of normed or null); work: the workspace\n" : "") +
                      (silu ? "// y: h [T, " + std::to_string(p.siluInter) + "] = silu(gate) * up; q8: its int8 rows or null\n"
                            : "") +
                      (p.int8Activations ? "// x: int8 activation rows written by quantize_q8 (rows already gathered)\n"
@@ -1112,6 +1121,25 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
   body += storage->constants;
   body += detail::kTf32Mma;
   body += kTensorCoreOps;
+  // The add_rms_norm epilogue: its source for this kernel's blocks, its parameters and its call,
+  // last in the entry (every thread of every block reaches it: the CUDA-core paths return nowhere
+  // earlier).
+  std::vector<std::pair<std::string, std::string>> normParts = {{"NORM_FN", ""}, {"NORM_PARAM", ""}, {"NORM_EPILOGUE", ""}};
+  if (norm) {
+    const int threads = 32 * warps;
+    ASSIGN_OR_RETURN(std::string fn, detail::addRmsNormEpilogueSource(*p.addRmsNorm, threads));
+    if (p.addRmsNorm->quantizedOutput)
+      fn = std::string("namespace {\n") + detail::kQuantizeQ8Store + "} // namespace\n" + fn;
+    normParts = {{"NORM_FN", fn},
+                 {"NORM_PARAM", ", const float *norm_other, const float *__restrict__ norm_w,\n"
+                                "         float *__restrict__ normed, float *norm_sum, unsigned char *__restrict__ norm_q8,\n"
+                                "         unsigned char *work"},
+                 {"NORM_EPILOGUE", "  addRmsNormLastBlock(y, norm_other, norm_w, normed, norm_sum, norm_q8, work, T);\n"}};
+  }
+  auto withNorm = [&](std::vector<std::pair<std::string, std::string>> parts) {
+    parts.insert(parts.end(), normParts.begin(), normParts.end());
+    return parts;
+  };
   if (storage->dense) {
     // The CUDA-core half-weight GEMV's register budget, fixed through its minimum blocks per SM
     // (at most 65536 / (128 x blocks) registers per thread): left to itself ptxas held it at 40
@@ -1119,10 +1147,10 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // compile without spills on sm_80 - sm_90 for Llama-3-8B's shapes. The f32 GEMV (scalar
     // loads) and the tensor-core tiles keep ptxas' own choice.
     const bool budget = !p.tensorCores && storage->denseType != 2;
-    body += detail::substitute(kDenseTemplate, {{"LAUNCH_BOUNDS", budget ? "kWarps * 32, 8" : "kWarps * 32"},
-                                                {"SILU_FN", silu ? kDenseSiluFn : ""},
-                                                {"SILU_PARAM", silu ? ", unsigned char *q8" : ""},
-                                                {"SILU_ENTRY", silu ? kDenseSiluEntry : ""}});
+    body += detail::substitute(kDenseTemplate, withNorm({{"LAUNCH_BOUNDS", budget ? "kWarps * 32, 8" : "kWarps * 32"},
+                                                         {"SILU_FN", silu ? kDenseSiluFn : ""},
+                                                         {"SILU_PARAM", silu ? ", unsigned char *q8" : ""},
+                                                         {"SILU_ENTRY", silu ? kDenseSiluEntry : ""}}));
   } else {
     // The quantized tensor-core tiles' budget: 5 blocks per SM, 96 registers. Left to itself
     // ptxas held them at 64 registers on some SKUs and spilled 16-48 bytes (sm_86/89: int4-g128
@@ -1138,10 +1166,10 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     body += kQuantDequant;
     body += detail::substitute(
         kQuantTemplate,
-        {{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : silu ? "256, 4" : "kWarps * 32, 32 / kWarps"},
-         {"SILU_FN", silu ? std::string(detail::kQuantizeQ8Store) + kSiluFn : std::string()},
-         {"SILU_PARAM", silu ? ", unsigned char *__restrict__ q8" : ""},
-         {"SILU_ENTRY", silu ? kSiluEntry : ""}});
+        withNorm({{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : silu ? "256, 4" : "kWarps * 32, 32 / kWarps"},
+                  {"SILU_FN", silu ? std::string(detail::kQuantizeQ8Store) + kSiluFn : std::string()},
+                  {"SILU_PARAM", silu ? ", unsigned char *__restrict__ q8" : ""},
+                  {"SILU_ENTRY", silu ? kSiluEntry : ""}}));
   }
   prefix += "_" + storage->tag;
   // warps' work items per token chunk
@@ -1154,14 +1182,20 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     prefix += "_q8a";
   if (silu)
     prefix += "_silu";
+  if (norm)
+    prefix += std::string("_addnorm") + (p.addRmsNorm->quantizedOutput ? "_q8" : "");
   // Grid: one warp (split K: one block) per item of the first token chunk; more token chunks
   // are walked by the grid-stride loop. The SiLU-mul epilogue: a block of 8 warps per 32 columns.
   const int64_t blocks = silu && !storage->dense ? p.siluInter / 32
                          : silu                 ? (p.siluInter + kWarpsPerBlock - 1) / kWarpsPerBlock
                          : splitK               ? items
                                                 : (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body, silu && !storage->dense ? 256 : 32 * warps,
-                            "rows/" + std::to_string(kTokensPerItem) + "*" + std::to_string(blocks));
+  KernelSpec spec = detail::finishSpec(p.gatherRows ? "logits" : "linear", prefix, body,
+                                       silu && !storage->dense ? 256 : 32 * warps,
+                                       "rows/" + std::to_string(kTokensPerItem) + "*" + std::to_string(blocks));
+  if (norm)
+    spec.workspaceBytes = 256; // the last block's counter (a word, zero between launches)
+  return spec;
 }
 
 } // namespace llmc

@@ -115,6 +115,90 @@ ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
 }
 )cuda";
 
+// The add_rms_norm a GEMV does after it (LinearParams::addRmsNorm): its last block to finish does
+// the kernel above's operations, in its order, for every row. The add_rms_norm kernel's kBlock
+// threads become kNormBlock "virtual" ones: warp w of this block does virtual warps w,
+// w + kNormThreads / 32, ..., each exactly as that warp would (its lanes' strided elements in index
+// order, the same xor tree), and the warps' sums go through the same tree: the same bits. The sum
+// is read back from `sum` for the output (the kernel keeps it in registers: the same value).
+constexpr const char *kAddRmsNormEpilogue = R"cuda(namespace {
+constexpr int kNormD = ${D};
+constexpr int kNormBlock = ${BLOCK};     // the add_rms_norm kernel's threads
+constexpr int kNormWarps = kNormBlock / 32;
+constexpr int kNormPerThread = (kNormD + kNormBlock - 1) / kNormBlock;
+constexpr int kNormThreads = ${THREADS}; // this kernel's threads per block
+constexpr float kNormEps = ${EPS};
+static_assert(kNormThreads % 32 == 0, "blocks of whole warps");
+
+__device__ __forceinline__ float normWarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = v + __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Once every block of the grid has stored its part of y: for rows 0 .. T - 1, sum = y + other,
+// normed = sum / sqrt(mean(sum^2) + eps) * w (and normed's int8 rows when q8 is not null), done by
+// the last block to count itself in. counter (the workspace's first word) is zero between
+// launches. `sum` may alias `other` or `y` (a thread reads an element, then writes it). Not
+// inlined: called once per block, and inlined its pointers stayed live across the GEMV's loops,
+// where ptxas then spilled more (Llama-3-8B's int4 down projection on sm_90: 112 bytes of spill
+// stores and loads against the plain GEMV's 40; as a call, the same 40, and none in here).
+__device__ __noinline__ void addRmsNormLastBlock(const float *y, const float *other,
+                                                    const float *__restrict__ w, float *__restrict__ normed,
+                                                    float *sum, unsigned char *__restrict__ q8,
+                                                    unsigned char *work, int T) {
+  __shared__ float normRed[kNormWarps];
+  __shared__ bool normLast;
+  unsigned *counter = reinterpret_cast<unsigned *>(work);
+  __threadfence(); // the block's y is visible device-wide before its count says so
+  __syncthreads();
+  if (threadIdx.x == 0)
+    normLast = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!normLast)
+    return;
+  __threadfence();
+  const int lane = threadIdx.x & 31;
+  for (int row = 0; row < T; ++row) {
+    const long long base = (long long)row * kNormD;
+    for (int vw = threadIdx.x >> 5; vw < kNormWarps; vw += kNormThreads / 32) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kNormPerThread; ++k) {
+        const int j = vw * 32 + lane + k * kNormBlock;
+        float v = 0.0f;
+        if (j < kNormD) {
+          v = __ldcg(y + base + j) + other[base + j]; // (other blocks' y: from the L2)
+          sum[base + j] = v;
+        }
+        ss += v * v;
+      }
+      ss = normWarpSum(ss);
+      if (lane == 0)
+        normRed[vw] = ss;
+    }
+    __syncthreads();
+    const float total = normWarpSum(lane < kNormWarps ? normRed[lane] : 0.0f);
+    const float inv = 1.0f / sqrtf(total / (float)kNormD + kNormEps);
+    for (int vw = threadIdx.x >> 5; vw < kNormWarps; vw += kNormThreads / 32) {
+#pragma unroll
+      for (int k = 0; k < kNormPerThread; ++k) {
+        const int j = vw * 32 + lane + k * kNormBlock;
+        if (j < kNormD) { // (whole warps: kNormD is a multiple of 32 when q8 rows are written)
+          const float out = sum[base + j] * inv * w[j];
+          normed[base + j] = out;${Q8_WRITE}
+        }
+      }
+    }
+    __syncthreads(); // normRed is rewritten for the next row
+  }
+  if (threadIdx.x == 0)
+    *counter = 0u; // ready for the next launch
+}
+} // namespace
+)cuda";
+
 std::string epsTag(float eps) {
   uint32_t bits;
   std::memcpy(&bits, &eps, sizeof(bits));
@@ -201,6 +285,25 @@ llmrt::StatusOr<KernelSpec> emitAddRmsNormKernel(const RmsNormParams &p) {
                             "llm_add_rms_norm_d" + std::to_string(p.dim) +
                                 "_e" + epsTag(p.eps) + (p.quantizedOutput ? "_q8" : ""),
                             body, block, "rows");
+}
+
+llmrt::StatusOr<std::string> detail::addRmsNormEpilogueSource(const RmsNormParams &p, int threads) {
+  RETURN_IF_ERROR(checkParams("add_rms_norm", p));
+  RETURN_IF_ERROR(checkQuantizedOutput("add_rms_norm", p));
+  if (p.group != p.dim)
+    return llmrt::invalid_argument("add_rms_norm: the weight must cover the whole row (group " +
+                                   std::to_string(p.group) + " != width " + std::to_string(p.dim) + ")");
+  if (threads <= 0 || threads % 32 != 0 || threads > 1024)
+    return llmrt::invalid_argument("add_rms_norm epilogue: " + std::to_string(threads) +
+                                   " threads per block is not a whole number of warps up to 1024");
+  std::string body = detail::substitute(
+      kAddRmsNormEpilogue,
+      {{"D", std::to_string(p.dim)},
+       {"BLOCK", std::to_string(detail::reductionBlockSize(p.dim))},
+       {"THREADS", std::to_string(threads)},
+       {"EPS", detail::floatLiteral(p.eps)},
+       {"Q8_WRITE", p.quantizedOutput ? "\n          storeQ8Value<kNormD>(q8, row, j, out);" : ""}});
+  return body;
 }
 
 } // namespace llmc

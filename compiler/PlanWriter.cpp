@@ -333,12 +333,13 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
     }
     // Int8 activations for a quantized GEMV: the kernel that quantizes its input; the decode
     // attention with the rope_kv_store just before it inside; the decode gate|up GEMV with the
-    // silu_mul just after it inside.
-    int inputQuant = -1, ropeKernel = -1, siluKernel = -1;
+    // silu_mul just after it inside; the decode GEMV with the add_rms_norm after it inside.
+    int inputQuant = -1, ropeKernel = -1, siluKernel = -1, normKernel = -1;
     if (kernel >= 0) {
       ASSIGN_OR_RETURN(inputQuant, optionalKernel(op, emitInputQuantKernel(op)));
       ASSIGN_OR_RETURN(ropeKernel, optionalKernel(op, emitRopeAttentionKernel(op)));
       ASSIGN_OR_RETURN(siluKernel, optionalKernel(op, emitSiluLinearKernel(op)));
+      ASSIGN_OR_RETURN(normKernel, optionalKernel(op, emitNormLinearKernel(op)));
     }
     std::string loc;
     llvm::raw_string_ostream os(loc);
@@ -347,7 +348,8 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
                                          kernel, (name.str() + " " + os.str()).c_str(), batched,
                                          batched >= 0 ? batchedMinRows(op) : 0, library, libraryInput,
                                          libraryWeight, libraryRows, inputQuant,
-                                         kernel >= 0 && writesQuantizedOutput(op), ropeKernel, siluKernel));
+                                         kernel >= 0 && writesQuantizedOutput(op), ropeKernel, siluKernel,
+                                         normKernel));
   }
   if (outputId < 0)
     return error(fn, "@forward returns nothing");

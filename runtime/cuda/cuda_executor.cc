@@ -31,6 +31,7 @@ struct CudaExecutor::Step {
   Launch rope;  // kernel -1: none; else `main` with the rope_kv_store step before it inside (decode)
   Launch silu;  // kernel -1: none; else `main` with the silu_mul step after it inside
   uint64_t silu_q8_rows[2] = {0, 0};  // silu: int8 row bytes of `main`'s input and of the silu_mul's output
+  Launch norm;  // kernel -1: none; else `main` with the add_rms_norm step after it inside (one row)
 
   std::vector<int> in, out;
   std::vector<int> weights;  // plan tensor indices
@@ -155,6 +156,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   fused_quantize_ = opt.fused_quantize;
   rope_in_attention_ = opt.rope_in_attention;
   silu_in_gemv_ = opt.silu_in_gemv;
+  norm_in_gemv_ = opt.norm_in_gemv;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -304,6 +306,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     if (st.quant_in.kernel >= 0) all.push_back(&st.quant_in);
     if (st.rope.kernel >= 0) all.push_back(&st.rope);
     if (st.silu.kernel >= 0) all.push_back(&st.silu);
+    if (st.norm.kernel >= 0) all.push_back(&st.norm);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
   for (Launch* l : all) {
@@ -446,6 +449,10 @@ Status CudaExecutor::decode(const Plan& plan) {
       st.silu_q8_rows[1] = q8_row(next->outputs()->Get(0));
       st.kernels += " (+silu_mul at decode)";
     }
+    if (s.norm_kernel() >= 0) {  // (checked: a linear before an add_rms_norm of its output)
+      RETURN_IF_ERROR(launch(s.norm_kernel(), &st.norm));
+      st.kernels += " (+add_rms_norm at batch-1 decode)";
+    }
     if (st.op == fb::OpKind::Embedding) {
       const fb::Tensor* table = p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(st.weights[0]));
       embedding_rows_ = static_cast<int>(table->shape()->Get(0));
@@ -500,20 +507,30 @@ bool CudaExecutor::does_silu(size_t i, int rows, uint64_t* q8_at) const {
          at + static_cast<uint64_t>(rows) * st.silu_q8_rows[1] <= quant_input_bytes_;
 }
 
-int CudaExecutor::launches_per_step() const {
+bool CudaExecutor::does_norm(size_t i, int rows) const {
+  // One row: the last block does each row's add_rms_norm alone, where the add_rms_norm kernel
+  // takes a block per row; past one row the saved launch no longer pays for it (estimated: a
+  // row's norm costs that block about what a launch in a graph costs).
+  const Step& st = steps_[i];
+  return norm_in_gemv_ && st.norm.kernel >= 0 && rows == 1 && i + 1 < steps_.size() &&
+         &kernel_for(st, rows) == &st.main && !(st.library && rows >= st.library_min_rows) &&
+         &kernel_for(steps_[i + 1], rows) == &steps_[i + 1].main;
+}
+
+int CudaExecutor::launches_per_step(int rows) const {
   // As launch_steps() skips a quantization (decode: every GEMV runs).
   int launches = 0, quantized = -1;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
     const bool logits = st.op == fb::OpKind::Logits;
-    if (i + 1 < steps_.size() && does_rope(steps_[i + 1], 1, true, rope_in_attention_)) continue;  // inside it
-    if (i > 0 && does_silu(i - 1, 1)) {  // inside the GEMV before it
-      if (writes_int8_rows(steps_, i, 1, fused_quantize_)) quantized = st.out[0];
+    if (i + 1 < steps_.size() && does_rope(steps_[i + 1], rows, true, rope_in_attention_)) continue;  // inside it
+    if (i > 0 && (does_silu(i - 1, rows) || does_norm(i - 1, rows))) {  // inside the GEMV before it
+      if (writes_int8_rows(steps_, i, rows, fused_quantize_)) quantized = st.out[0];
       continue;
     }
     launches += 1 + (st.quant_in.kernel >= 0 && (logits || quantized != st.in[0]));
     quantized = st.quant_in.kernel >= 0 && !logits ? st.in[0] : -1;
-    if (writes_int8_rows(steps_, i, 1, fused_quantize_)) quantized = st.out[0];
+    if (writes_int8_rows(steps_, i, rows, fused_quantize_)) quantized = st.out[0];
   }
   return launches;
 }
@@ -526,6 +543,12 @@ int CudaExecutor::rope_in_attention_steps() const {
 int CudaExecutor::silu_in_gemv_steps() const {
   int n = 0;
   for (size_t i = 0; i < steps_.size(); ++i) n += does_silu(i, 1);
+  return n;
+}
+
+int CudaExecutor::norm_in_gemv_steps() const {
+  int n = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) n += does_norm(i, 1);
   return n;
 }
 
@@ -753,6 +776,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
   int quantized = -1;  // the value whose int8 rows quant_input_ holds (-1: none)
   uint64_t quantized_at = 0;  // their offset in quant_input_ (a silu kernel's are after its input's)
   bool silu_done = false;     // the last linear step's silu kernel did the silu_mul step after it
+  bool norm_done = false;     // the last linear step's norm kernel did the add_rms_norm step after it
   // Whether the stream's last operation is one of the plan's kernels: only then may the next one
   // be launched overlapped with it (not after a copy, an event or a library call; not timed).
   bool after_ours = false;
@@ -777,6 +801,8 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
     }
     // A silu_mul whose gate|up GEMV did its work (that step's silu kernel): no launch.
     if (std::exchange(silu_done, false) && st.op == fb::OpKind::SiluMul) continue;
+    // An add_rms_norm whose GEMV's last block did its work (that step's norm kernel): the same.
+    if (std::exchange(norm_done, false) && st.op == fb::OpKind::AddRmsNorm) continue;
     converted = -1;  // other steps may write where the converted value lived
     int rows = T;
     const int reads_quantized = quantized;
@@ -787,6 +813,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
     // (Its input's int8 rows where does_silu expects them: at the start of quant_input_.)
     const bool silu = st.op == fb::OpKind::Linear && does_silu(index, T, &silu_q8_at) &&
                       !(st.quant_in.kernel >= 0 && reads_quantized == st.in[0] && reads_quantized_at != 0);
+    const bool norm = st.op == fb::OpKind::Linear && !silu && does_norm(index, T);
     // A rope_kv_store whose attention step does its work (that step's rope kernel): no launch.
     if (st.op == fb::OpKind::RopeKvStore && index + 1 < steps_.size() &&
         does_rope(steps_[index + 1], T, one_row, rope_in_attention_))
@@ -844,6 +871,15 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
         } else {
           ptr(value_ptr(st.out[0]));
         }
+        if (norm) {  // the add_rms_norm's other input, weight, outputs, then its int8 rows or null
+          const Step& next = steps_[index + 1];
+          ptr(value_ptr(next.in[next.in[0] == st.out[0] ? 1 : 0]));
+          ptr(next.weights.empty() || next.weights[0] < 0
+                  ? DevicePtr{0}
+                  : weights_ + tensor_offset_[static_cast<size_t>(next.weights[0])]);
+          ptr(value_ptr(next.out[0])), ptr(value_ptr(next.out[1]));
+          ptr(writes_int8_rows(steps_, index + 1, T, fused_quantize_) ? quant_input_ : 0);
+        }
         break;
       case fb::OpKind::Logits:
         rows = L;
@@ -879,12 +915,12 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
       default:
         return internal_error(st.where + ": no launch for this op");
     }
-    const Launch& l = rope ? st.rope : silu ? st.silu : kernel_for(st, rows);
+    const Launch& l = rope ? st.rope : silu ? st.silu : norm ? st.norm : kernel_for(st, rows);
     if (l.work) ptr(work_);  // the kernel's workspace (codegen/KernelSpec.h), before T
     num(rows);
     const int64_t grid = grid_size(l.rule, rows, max_grid_, S);  // (S: the tiled attention's sequence tiles)
     if (grid == 0) continue;
-    if ((&l == &st.main || &l == &st.silu) && st.quant_in.kernel >= 0) {
+    if ((&l == &st.main || &l == &st.silu || &l == &st.norm) && st.quant_in.kernel >= 0) {
       // The GEMV reads the input as int8 rows: quantize it first (logits: the gathered rows),
       // unless the previous step's GEMV quantized the same value.
       const bool logits = st.op == fb::OpKind::Logits;
@@ -908,6 +944,11 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
     if (silu && writes_int8_rows(steps_, index + 1, T, fused_quantize_))
       quantized = steps_[index + 1].out[0], quantized_at = silu_q8_at;
     silu_done = silu;
+    // (The norm kernel's int8 rows go to the start of quant_input_ once every block has read
+    // the GEMV's own: its last block writes them.)
+    if (norm && writes_int8_rows(steps_, index + 1, T, fused_quantize_))
+      quantized = steps_[index + 1].out[0], quantized_at = 0;
+    norm_done = norm;
   }
   if (timed) RETURN_IF_ERROR(driver_->record_event(events_[steps_.size()]));  // the last step done
   return ok_status();

@@ -77,6 +77,10 @@ struct CudaExecutorOptions {
                                      // too (plan Step.silu_kernel: the quantized gate|up GEMV),
                                      // run by its GEMV (not the tensor cores or the library),
                                      // launches that kernel in place of both; false: both
+  bool norm_in_gemv = true;          // a linear step whose plan kernel does the add_rms_norm
+                                     // after it too (plan Step.norm_kernel), run by its GEMV at
+                                     // one row (batch-1 decode), launches that kernel in place of
+                                     // both; false: both
   /// Loads the GEMM library over the driver (tests: an emulation); empty: load_cublaslt.
   std::function<StatusOr<std::unique_ptr<GemmLibrary>>(Driver*)> load_gemm_library;
 };
@@ -123,12 +127,14 @@ class CudaExecutor : public Executor {
   const DeviceMemoryPlan& memory() const { return memory_; }
   /// Module-selection notes (PTX JIT, compatible CUBIN), one per target used.
   const std::vector<std::string>& warnings() const { return warnings_; }
-  /// Kernels per decode forward(): one per step, two for a GEMV step over int8 activations (its
-  /// input's quantize_q8 kernel; fewer when consecutive steps read one input; a GEMM library
+  /// Kernels per decode forward() of `rows` sequences: one per step, two for a GEMV step over
+  /// int8 activations (its input's quantize_q8 kernel; fewer when consecutive steps read one
+  /// input; a GEMM library
   /// step of a bigger forward may add its to_bf16 conversion and the library's own kernels;
   /// one fewer per attention step that does its rope_kv_store's work, rope_in_attention_steps(),
-  /// and per linear step that does its silu_mul's, silu_in_gemv_steps()).
-  int launches_per_step() const;
+  /// per linear step that does its silu_mul's, silu_in_gemv_steps(), and per linear step that
+  /// does its add_rms_norm's at one row, norm_in_gemv_steps()).
+  int launches_per_step(int rows = 1) const;
   /// Attention steps whose decode launches do the rope_kv_store before them too (plan
   /// Step.rope_kernel, CudaExecutorOptions::rope_in_attention): a forward with a sequence of
   /// several rows launches this many kernels more than launches_per_step().
@@ -136,6 +142,9 @@ class CudaExecutor : public Executor {
   /// Linear steps whose decode launch does the silu_mul after them too (plan Step.silu_kernel,
   /// CudaExecutorOptions::silu_in_gemv): one launch fewer each.
   int silu_in_gemv_steps() const;
+  /// Linear steps whose one-row launch does the add_rms_norm after them too (plan
+  /// Step.norm_kernel, CudaExecutorOptions::norm_in_gemv): one launch fewer each.
+  int norm_in_gemv_steps() const;
   /// The GEMM library the steps call ("" when none loaded or none is asked for), and how many
   /// steps call it.
   const std::string& gemm_library_name() const { return library_name_; }
@@ -218,11 +227,15 @@ class CudaExecutor : public Executor {
   bool fused_quantize_ = true;
   bool rope_in_attention_ = true;
   bool silu_in_gemv_ = true;
+  bool norm_in_gemv_ = true;
   uint64_t quant_input_bytes_ = 0;  // quant_input_'s size
   /// Whether linear step steps_[i] at `rows` rows launches its silu kernel (the silu_mul step
   /// after it inside), and where in quant_input_ that kernel writes the silu_mul's int8 rows
   /// (after the rows of the GEMV's own int8 input, which it reads meanwhile).
   bool does_silu(size_t i, int rows, uint64_t* q8_at = nullptr) const;
+  /// Whether linear step steps_[i] at `rows` rows launches its norm kernel (the add_rms_norm step
+  /// after it inside, in the GEMV's last block): one row only, where the GEMV runs.
+  bool does_norm(size_t i, int rows) const;
   bool tiled_attention_ = true;
   bool tensor_core_linear_ = true;
   std::vector<int> graph_sizes_;

@@ -24,6 +24,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const G
   eo.cuda.fused_quantize = options.fused_quantize;
   eo.cuda.rope_in_attention = options.rope_in_attention;
   eo.cuda.silu_in_gemv = options.silu_in_gemv;
+  eo.cuda.norm_in_gemv = options.norm_in_gemv;
   eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
   eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;
   eo.cuda.num_kv_blocks = options.executor.num_kv_blocks;

@@ -251,6 +251,28 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
         if (index == static_cast<int>(prog->steps()->size()))
           return invalid_argument(where + ": a silu kernel on the last step (no silu_mul after it)");
       }
+      if (const int k = step->norm_kernel(); k != -1) {
+        // The decode GEMV with the add_rms_norm step after it inside: that step adds this step's
+        // output y to its other input (y one of its two inputs, not both).
+        const fb::Step* next = index < static_cast<int>(prog->steps()->size())
+                                   ? prog->steps()->Get(static_cast<flatbuffers::uoffset_t>(index))
+                                   : nullptr;
+        const auto* y = step->outputs();
+        const auto* in = next ? next->inputs() : nullptr;
+        if (step->op() != fb::OpKind::Linear || step->kernel() < 0 || k < 0 || k >= num_kernels ||
+            step->silu_kernel() != -1)
+          return invalid_argument(where + ": norm kernel index out of range, or not on a linear step with a kernel "
+                                          "(and no silu kernel)");
+        const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+        if (!kernel->family() || kernel->family()->str() != "linear" || kernel->workspace_bytes() < 4)
+          return invalid_argument(where + ": its norm kernel is of family '" +
+                                  (kernel->family() ? kernel->family()->str() : std::string()) +
+                                  "' or takes no workspace (its counter)");
+        if (!next || next->op() != fb::OpKind::AddRmsNorm || !in || in->size() < 2 || !y || y->size() == 0 ||
+            (in->Get(0) == y->Get(0)) == (in->Get(1) == y->Get(0)) || !next->outputs() || next->outputs()->size() < 2)
+          return invalid_argument(where + ": it has a norm kernel, but the step after it is not an add_rms_norm of "
+                                          "its output and another value");
+      }
       if (step->library_min_rows() < 0 || (step->library_min_rows() > 0 && step->gemm_library() == fb::GemmLibrary::None))
         return invalid_argument(where + ": library_min_rows " + std::to_string(step->library_min_rows()) +
                                 " is negative or without a library");

@@ -15,7 +15,7 @@
 namespace llmrt {
 
 inline constexpr uint16_t kSchemaMajor = 1;
-inline constexpr uint16_t kSchemaMinor = 11;  // 1: quantized weights, cpu_kernels; 2: PermuteColumns,
+inline constexpr uint16_t kSchemaMinor = 12;  // 1: quantized weights, cpu_kernels; 2: PermuteColumns,
                                              // cuda_mma_n8; 3: RopeKvStore; 4: grid rules with
                                              // " + seqs*<s>" (tiled paged attention); 5: a step's
                                              // gemm_library and library_input_kernel (cuBLASLt);
@@ -25,7 +25,9 @@ inline constexpr uint16_t kSchemaMinor = 11;  // 1: quantized weights, cpu_kerne
                                              // 9: a step's quantized_output; 10: a step's
                                              // rope_kernel (rope_kv_store inside the decode
                                              // attention); 11: a step's silu_kernel
-                                             // (silu_mul inside the decode gate|up GEMV)
+                                             // (silu_mul inside the decode gate|up GEMV);
+                                             // 12: a step's norm_kernel (add_rms_norm after
+                                             // the decode GEMV, in its last block)
 /// Version of the CPU kernel ABI (step semantics + param names in PROGRAM.md).
 inline constexpr uint32_t kCpuKernelAbi = 2;  // 2: fast contract sums whole blocks (kernels.h)
 inline constexpr uint64_t kWeightAlignment = 4096;

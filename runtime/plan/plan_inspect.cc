@@ -147,7 +147,7 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
   if (const fb::Program* prog = plan.program("forward")) {
     std::map<std::string, int> ops;
     size_t with_kernel = 0, with_batched = 0, with_library = 0, with_dequant = 0, with_q8 = 0,
-           with_q8_out = 0, with_rope = 0, with_silu = 0;
+           with_q8_out = 0, with_rope = 0, with_silu = 0, with_norm = 0;
     for (auto* st : *prog->steps()) {
       ops[fb::EnumNameOpKind(st->op())]++;
       with_kernel += st->kernel() >= 0;
@@ -158,6 +158,7 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
       with_q8_out += st->quantized_output();
       with_rope += st->rope_kernel() >= 0;
       with_silu += st->silu_kernel() >= 0;
+      with_norm += st->norm_kernel() >= 0;
     }
     j["program"] = {{"name", "forward"}, {"steps", prog->steps()->size()},
                     {"steps_with_gpu_kernel", with_kernel},
@@ -168,6 +169,7 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
                     {"steps_writing_int8_activations", with_q8_out},
                     {"steps_with_rope_kernel", with_rope},
                     {"steps_with_silu_kernel", with_silu},
+                    {"steps_with_norm_kernel", with_norm},
                     {"logits_summary_on_gpu", prog->logits_summary_kernel() >= 0}, {"ops", ops}};
   }
   if (const fb::KvSpec* kv = p.kv())

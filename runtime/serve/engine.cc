@@ -264,6 +264,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   xo.cuda.fused_quantize = options.fused_quantize;
   xo.cuda.rope_in_attention = options.rope_in_attention;
   xo.cuda.silu_in_gemv = options.silu_in_gemv;
+  xo.cuda.norm_in_gemv = options.norm_in_gemv;
   xo.cuda.memory_utilization = options.memory_utilization > 0 ? options.memory_utilization : 0.9;
   // On a GPU the KV pool is what the device's budget leaves, unless a size was given.
   xo.cuda.num_kv_blocks = options.kv_cache_bytes ? static_cast<int>(num_blocks) : 0;

@@ -347,6 +347,18 @@ def test_dense_gemm_choice_reaches_the_plan(llmc, tmp_path):
     split_prog, _ = program("split_k", "--synthetic-weights", "1", "--weight-layout", "cuda-mma", "--quantize",
                             "int4-g128", model=split)
     assert split_prog["ops"]["SiluMul"] == 1 and split_prog["steps_with_silu_kernel"] == 0, split_prog
+    # Every o_proj and down projection can do the add_rms_norm after it in its last block (plan
+    # Step.norm_kernel): one more GEMV kernel per shape (o_proj's and down's), writing the next
+    # GEMV's int8 rows where that reads them (sym: not the last down's, before the final norm;
+    # act-order: the permutation writes them); any weights, any K split.
+    for prog, blob, tag, kinds in ((gptq, gptq_blob, rb"\w+?_mma8_q8a", 2), (sym, sym_blob, rb"\w+?_mma8_q8a", 3),
+                                   (default, default_blob, rb"bf16", 2), (split_prog, None, None, 0)):
+        assert prog["steps_with_norm_kernel"] == prog["ops"]["AddRmsNorm"] == 2 * prog["ops"]["PagedAttention"], prog
+        if blob is not None:
+            found = set(re.findall(rb"llm_linear_n\d+_k\d+_" + tag + rb"_addnorm(?:_q8)?_[0-9a-f]{12}(?!\w)", blob))
+            assert len(found) == kinds, found
+    assert len(set(re.findall(rb"_mma8_q8a_addnorm_q8_[0-9a-f]{12}", sym_blob))) == 2
+    assert gptq_f32["steps_with_norm_kernel"] == gptq_f32["ops"]["AddRmsNorm"], gptq_f32
 
     # Without GPU targets nothing goes to the library (there is no GPU path at all).
     ok([llmc, "compile", TINY / "qwen2", "-o", tmp_path / "none.fb", "--target", "none", "-q", *bf16])

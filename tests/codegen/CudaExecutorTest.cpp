@@ -33,7 +33,7 @@ void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores
     ex->compare(st, tol);
   // The decode step launches each layer's rope_kv_store inside its attention kernel.
   EXPECT_EQ(gpu->rope_in_attention_steps(), gpu->num_layers());
-  EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step() + gpu->rope_in_attention_steps());
+  EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step(2) + gpu->rope_in_attention_steps());
   EXPECT_EQ(driver.int8GemvLaunches() > 0, int8Gemv) << driver.int8GemvLaunches();
   // (their inputs quantized by a quantize_q8 kernel or by the step writing them)
   EXPECT_LE(driver.quantizeLaunches(), driver.int8GemvLaunches());
@@ -184,7 +184,7 @@ TEST(CudaExecutor, StepsBeforeInt8GemvsWriteTheirInputRows) {
       quantizes[fused] = driver.quantizeLaunches();
       int8Gemvs[fused] = driver.int8GemvLaunches();
       if (c.tensorCoreLinear) // (launches_per_step counts a decode step's; a prefill's has the rope_kv_stores)
-        EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step() + 2 * ex->gpu->rope_in_attention_steps());
+        EXPECT_EQ(driver.launches(), 4 * ex->gpu->launches_per_step(2) + 2 * ex->gpu->rope_in_attention_steps());
     }
     // Two forwards of each step (forward, then compare).
     EXPECT_EQ(quantizes[true], 2 * layers * (c.prefillQuant + c.decodeQuant) + 4 * logitsQuant);
@@ -346,7 +346,8 @@ TEST(CudaExecutor, DecodeStepsReplayGraphsWithNewInputs) {
     both(makeStep({bs + 4, 7, 11}, {1, 1, 1}, bs, mb, V, 3));
     both(makeStep({bs + 5, 8}, {1, 1}, bs, mb, V, 4));
     both(makeStep({bs + 6}, {1}, bs, mb, V, 5));
-    EXPECT_EQ(driver.launches() - eager, 4 * gpu->launches_per_step()); // every step ran once
+    EXPECT_EQ(driver.launches() - eager, 2 * gpu->launches_per_step(3) + gpu->launches_per_step(2) +
+                                             gpu->launches_per_step(1)); // every step ran once
     if (mode == 0) {
       EXPECT_TRUE(gpu->graphs_enabled());
       EXPECT_EQ(driver.graphsCaptured(), 3);
@@ -406,7 +407,7 @@ TEST(CudaExecutor, KernelsAfterKernelsLaunchOverlappedOnSm90) {
     // A prefill launches every step's kernel but the silu_mul's (inside the gate|up GEMV: these
     // GEMVs run at every row count), a decode step one fewer per layer again (its rope_kv_store
     // inside the attention kernel, also overlapped).
-    const int prefill = gpu->launches_per_step() + gpu->rope_in_attention_steps();
+    const int prefill = gpu->launches_per_step(2) + gpu->rope_in_attention_steps();
     EXPECT_EQ(gpu->silu_in_gemv_steps(), gpu->num_layers());
     ASSERT_EQ(prefill, steps - gpu->silu_in_gemv_steps());
     llmrt::Profiler profiler;
@@ -421,10 +422,10 @@ TEST(CudaExecutor, KernelsAfterKernelsLaunchOverlappedOnSm90) {
     }
     ex->compare(makeStep({bs + 3, 6}, {1, 1}, bs, mb, V, 2), 1e-4); // decode (a graph unless profiled)
     ex->compare(makeStep({bs + 4, 7}, {1, 1}, bs, mb, V, 3), 1e-4); // its replay
-    EXPECT_EQ(driver.launches(), prefill + 2 * gpu->launches_per_step());
+    EXPECT_EQ(driver.launches(), prefill + 2 * gpu->launches_per_step(2));
     // All but the first kernel of the prefill and of the captured decode (the replay reruns the
     // capture's launches without launching anew); profiled steps launch plainly, to time each kernel.
-    const int overlapped = prefill - 1 + gpu->launches_per_step() - 1;
+    const int overlapped = prefill - 1 + gpu->launches_per_step(2) - 1;
     EXPECT_EQ(driver.overlappedLaunches(), mode == kOn ? overlapped : 0);
   }
 }
@@ -454,8 +455,8 @@ TEST(CudaExecutor, SummarizesLogitsOnTheDeviceAndReadsRowsOnDemand) {
   // A prefill step launched kernel by kernel, then a decode step replayed as a graph (the
   // summary kernel runs after the graph): every step once, plus one summary launch.
   check(makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1),
-        gpu->launches_per_step() + gpu->rope_in_attention_steps() + 1);
-  check(makeStep({bs + 3, 6, 10}, {1, 1, 1}, bs, mb, V, 2), gpu->launches_per_step() + 1);
+        gpu->launches_per_step(3) + gpu->rope_in_attention_steps() + 1);
+  check(makeStep({bs + 3, 6, 10}, {1, 1, 1}, bs, mb, V, 2), gpu->launches_per_step(3) + 1);
   EXPECT_EQ(driver.graphLaunches(), 1);
 }
 
@@ -602,6 +603,19 @@ TEST(CudaExecutor, DecodeAttentionDoesTheRopeKvStoreOfItsLayer) {
   }
 }
 
+// The plans of the decode fusion tests (a GEMV doing the step after it too), by `gemv`: "int8" or
+// "f32" (quantized activations or not): a 2-layer model of hidden size 32 whose int4-g32 gate|up
+// has 2 x 8224 rows (2056 tiles: one warp per tile); "bf16": the tiny Llama in bf16, without tensor
+// cores (so that its prefills run the GEMVs as well).
+llmrt::StatusOr<std::unique_ptr<llmrt::Plan>> fusionPlan(const TempDir &dir, const std::string &gemv) {
+  if (gemv == "bf16")
+    return llmrt::Plan::open(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                                         "--target sm_90 --weight-dtype bf16 --no-tensor-cores"));
+  return llmrt::Plan::open(compilePlan(dir, writeSmallConfig(dir, 64, 512, 8224, 2),
+                                       "--synthetic-weights 7 --target sm_90 --weight-layout cuda-mma --quantize "
+                                       "int4-g32 --quant-gemv " + gemv));
+}
+
 TEST(CudaExecutor, GateUpGemvDoesTheSiluMulOfItsLayer) {
   // Plan Step.silu_kernel: a step whose gate|up linear runs its GEMV (decode, and this 24-row
   // prefill: quantized weights take the tensor cores from 33 rows) launches it with the silu_mul
@@ -616,14 +630,8 @@ TEST(CudaExecutor, GateUpGemvDoesTheSiluMulOfItsLayer) {
   for (const char *gemv : {"int8", "f32", "bf16"}) {
     SCOPED_TRACE(gemv);
     const bool int8 = std::string(gemv) == "int8"; // (f32 activations: the CPU's reference contract)
-    const bool dense = std::string(gemv) == "bf16";
     TempDir dir;
-    auto plan = llmrt::Plan::open(
-        dense ? compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
-                            "--target sm_90 --weight-dtype bf16 --no-tensor-cores")
-              : compilePlan(dir, writeSmallConfig(dir, 64, 512, 8224, 2),
-                            std::string("--synthetic-weights 7 --target sm_90 --weight-layout cuda-mma --quantize "
-                                        "int4-g32 --quant-gemv ") + gemv));
+    auto plan = fusionPlan(dir, gemv);
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     std::vector<std::vector<float>> logits(2);
     std::vector<int> quantizes(2);
@@ -644,7 +652,7 @@ TEST(CudaExecutor, GateUpGemvDoesTheSiluMulOfItsLayer) {
         EXPECT_EQ(driver.siluMulLaunches() - mul, silu ? 0 : layers);
         EXPECT_EQ(driver.siluGemvLaunches() - fused, silu ? layers : 0);
         if (st.idx.size() == 2 && st.tokens.size() == 2) // decode: as launches_per_step counts
-          EXPECT_EQ(driver.launches() - all, ex->gpu->launches_per_step());
+          EXPECT_EQ(driver.launches() - all, ex->gpu->launches_per_step(2));
         std::vector<float> lc(lg.size(), NAN);
         ASSERT_TRUE(ex->cpu->forward(st.input(), lc.data()).ok());
         expectLogitsClose(lg, lc, int8 ? kInt8ActivationTol : 1e-4);
@@ -655,6 +663,57 @@ TEST(CudaExecutor, GateUpGemvDoesTheSiluMulOfItsLayer) {
       quantizes[silu] = driver.quantizeLaunches();
     }
     EXPECT_EQ(quantizes[true], quantizes[false]); // (the silu_mul's int8 rows: written either way)
+    ASSERT_EQ(logits[true].size(), logits[false].size());
+    EXPECT_EQ(std::memcmp(logits[true].data(), logits[false].data(), logits[true].size() * sizeof(float)), 0);
+  }
+}
+
+TEST(CudaExecutor, GemvDoesTheAddRmsNormAfterItAtOneRow) {
+  // Plan Step.norm_kernel: every o_proj and down projection (each followed by an add_rms_norm of
+  // its output and the residual) has a GEMV whose last block does that add_rms_norm too. A step
+  // of one row whose linear runs its GEMV launches it in place of both: no add_rms_norm launch
+  // (with int8 activations its last block also writes the int8 rows of the GEMV after it; here
+  // the down projection reads the silu kernel's int8 rows, which sit after its own input's). The
+  // logits of 3 one-row decode steps (captured, then replayed) are those of the same executor told
+  // not to (--no-norm-in-gemv), bit for bit, and close to the CPU's; a prefill and a decode step
+  // of two rows launch every add_rms_norm (one row only: a row's norm is the last block's alone).
+  // Quantized weights (int8 and f32 activations) and the tiny Llama in bf16.
+  for (const char *gemv : {"int8", "f32", "bf16"}) {
+    SCOPED_TRACE(gemv);
+    const bool int8 = std::string(gemv) == "int8";
+    TempDir dir;
+    auto plan = fusionPlan(dir, gemv);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    std::vector<std::vector<float>> logits(2);
+    for (const bool norm : {true, false}) {
+      SCOPED_TRACE(norm ? "norm in the GEMV" : "--no-norm-in-gemv");
+      EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+      auto ex = makeExecutors(**plan, driver, 32, 4, 16, true, true,
+                              [&](cuda::CudaExecutorOptions &o) { o.norm_in_gemv = norm; }, int8 ? "fast" : "reference");
+      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+      const int layers = ex->gpu->num_layers();
+      EXPECT_EQ(ex->gpu->norm_in_gemv_steps(), norm ? 2 * layers : 0);
+      EXPECT_EQ(ex->gpu->launches_per_step(1), ex->gpu->launches_per_step(2) - (norm ? 2 * layers : 0));
+      const int V = ex->V, bs = ex->bs, mb = 4;
+      auto step = [&](const Step &st, bool fused) {
+        const int separate = driver.addRmsNormLaunches(), inside = driver.normGemvLaunches(), all = driver.launches();
+        std::vector<float> lg(st.idx.size() * V, NAN);
+        ASSERT_TRUE(ex->gpu->forward(st.input(), lg.data()).ok());
+        logits[norm].insert(logits[norm].end(), lg.begin(), lg.end());
+        EXPECT_EQ(driver.addRmsNormLaunches() - separate, fused ? 0 : 2 * layers);
+        EXPECT_EQ(driver.normGemvLaunches() - inside, fused ? 2 * layers : 0);
+        if (st.tokens.size() == st.ctx.size()) // decode (a row per sequence): as launches_per_step counts
+          EXPECT_EQ(driver.launches() - all, ex->gpu->launches_per_step(static_cast<int>(st.tokens.size())));
+        std::vector<float> lc(lg.size(), NAN);
+        ASSERT_TRUE(ex->cpu->forward(st.input(), lc.data()).ok());
+        expectLogitsClose(lg, lc, int8 ? kInt8ActivationTol : 1e-4);
+      };
+      step(makeStep({bs + 3}, {bs + 3}, bs, mb, V, 1), false); // prefill
+      for (int i = 0; i < 3; ++i)
+        step(makeStep({bs + 4 + i}, {1}, bs, mb, V, 2 + i), norm);
+      step(makeStep({bs + 7, 5}, {1, 5}, bs, mb, V, 5), false); // a prompt's rows, another's prefill
+      step(makeStep({bs + 8, 6}, {1, 1}, bs, mb, V, 6), false); // two rows
+    }
     ASSERT_EQ(logits[true].size(), logits[false].size());
     EXPECT_EQ(std::memcmp(logits[true].data(), logits[false].data(), logits[true].size() * sizeof(float)), 0);
   }

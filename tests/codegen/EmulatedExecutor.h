@@ -257,6 +257,9 @@ public:
   /// Launches of silu_mul kernels, and of GEMVs with it inside (Step.silu_kernel).
   int siluMulLaunches() const { return siluMulLaunches_; }
   int siluGemvLaunches() const { return siluGemvLaunches_; }
+  /// Launches of add_rms_norm kernels, and of GEMVs with it inside (Step.norm_kernel).
+  int addRmsNormLaunches() const { return addRmsNormLaunches_; }
+  int normGemvLaunches() const { return normGemvLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -288,6 +291,8 @@ private:
     ropeAttentionLaunches_ += m.entry.rfind("llm_paged_attention_", 0) == 0 && m.entry.find("_rope") != std::string::npos;
     siluMulLaunches_ += m.entry.rfind("llm_silu_mul_", 0) == 0;
     siluGemvLaunches_ += m.entry.rfind("llm_linear_", 0) == 0 && m.entry.find("_silu_") != std::string::npos;
+    addRmsNormLaunches_ += m.entry.rfind("llm_add_rms_norm_", 0) == 0;
+    normGemvLaunches_ += m.entry.rfind("llm_linear_", 0) == 0 && m.entry.find("_addnorm") != std::string::npos;
   }
 
   llmrt::Status notCapturing(const char *call) const {
@@ -387,7 +392,7 @@ private:
   int dequantLaunches_ = 0;
   int quantizeLaunches_ = 0, int8GemvLaunches_ = 0;
   int ropeKvStoreLaunches_ = 0, ropeAttentionLaunches_ = 0;
-  int siluMulLaunches_ = 0, siluGemvLaunches_ = 0;
+  int siluMulLaunches_ = 0, siluGemvLaunches_ = 0, addRmsNormLaunches_ = 0, normGemvLaunches_ = 0;
   bool events_ = true;
   int ccMajor_ = 9, ccMinor_ = 0, version_ = 13000;
   bool programmatic_ = true, afterLaunch_ = false, loadingGridDependency_ = false;

@@ -37,6 +37,7 @@ static LlmcDim3 gridDim = {1, 1, 1};
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __shared__ static
 #define __launch_bounds__(...)
 // Kernels pick their emulated forms of inline PTX (tensor-core mma, cvt) by this macro.

@@ -745,6 +745,127 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
   EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
 }
 
+TEST(LinearKernel, AddRmsNormEpilogueIsTheGemvThenAddRmsNorm) {
+  // The GEMV with the add_rms_norm epilogue (LinearParams::addRmsNorm) writes y as the plain GEMV
+  // does, then its last block to finish does the add_rms_norm of (y, other): normed, sum and
+  // normed's int8 rows, bit for bit those of the add_rms_norm kernel run after the plain GEMV
+  // (whose kBlock threads the epilogue's fewer ones stand in for). Quantized weights (f32 and int8
+  // activations; 1, 2 and 8 warps) and dense ones (4 warps), widths whose norm kernel has 32 to
+  // 1024 threads (a width not a multiple of its block), 1-3 rows, the emitted grid and one block,
+  // one workspace for all launches (the counter the last block resets), `sum` in place of `other`
+  // or of y.
+  struct Case {
+    const char *weight;
+    int n, k, T;
+    bool int8, q8;
+  };
+  constexpr const char *kNormParams =
+      "const float *x, const unsigned char *w, const float *bias, const int *rows, float *y, const float *other, "
+      "const float *norm_w, float *normed, float *sum, unsigned char *q8, unsigned char *work, int T";
+  constexpr const char *kNormArgs = "x, w, bias, rows, y, other, norm_w, normed, sum, q8, work, T";
+  using NormFn = void (*)(const float *, const unsigned char *, const float *, const int *, float *, const float *,
+                          const float *, float *, float *, unsigned char *, unsigned char *, int, unsigned);
+  using AddRmsNormFn = void (*)(const float *, const float *, const float *, float *, float *, unsigned char *, int,
+                                unsigned);
+  for (const Case &c : {Case{"int4-g128-f16-min", 512, 256, 3, true, true}, Case{"int4-g32-f16-zp", 96, 64, 2, false, false},
+                        Case{"int8-g32-f16-sym", 256, 1024, 1, true, true}, Case{"bf16", 4096, 32, 1, false, true},
+                        Case{"f32", 100, 40, 3, false, false}, Case{"f16", 64, 24, 2, false, true}}) {
+    SCOPED_TRACE(std::string(c.weight) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                 " T=" + std::to_string(c.T) + (c.int8 ? " int8" : "") + (c.q8 ? " q8" : ""));
+    const bool dense = std::string(c.weight) == "bf16" || std::string(c.weight) == "f16" ||
+                       std::string(c.weight) == "f32";
+    llmc::LinearParams p;
+    p.n = c.n;
+    p.k = c.k;
+    p.weight = c.weight;
+    p.int8Activations = c.int8;
+    auto plain = llmc::emitLinearKernel(p);
+    const llmc::RmsNormParams np{c.n, c.n, 1e-5f, c.q8};
+    p.addRmsNorm = np;
+    auto fused = llmc::emitLinearKernel(p);
+    auto norm = llmc::emitAddRmsNormKernel(np);
+    ASSERT_TRUE(plain.ok() && fused.ok() && norm.ok()) << fused.status().to_string();
+    EXPECT_NE(fused->entry.find(c.q8 ? "_addnorm_q8" : "_addnorm"), std::string::npos) << fused->entry;
+    EXPECT_EQ(fused->gridRule, plain->gridRule);
+    EXPECT_EQ(fused->blockDim, plain->blockDim);
+    EXPECT_GE(fused->workspaceBytes, 4u);
+    HostKernel kp(*plain, kParams, kArgs);
+    HostKernel kf(*fused, kNormParams, kNormArgs);
+    const std::string q8Param = c.q8 ? "unsigned char *q8, " : "", q8Arg = c.q8 ? "q8, " : "";
+    HostKernel kn(*norm, "const float *x, const float *residual, const float *w, float *normed, float *sum, " + q8Param + "int T",
+                  "x, residual, w, normed, sum, " + q8Arg + "T");
+    ASSERT_TRUE(kp.ok() && kf.ok() && kn.ok()) << kp.error() << kf.error() << kn.error();
+    const Weight w = dense ? denseWeight(c.weight, c.n, c.k, 41) : quantizedWeight(c.weight, c.n, c.k, 41);
+    const std::vector<float> x = randomVector(size_t(c.T) * c.k, 42), other = randomVector(size_t(c.T) * c.n, 43),
+                             normW = randomVector(size_t(c.n), 44);
+    const size_t rb = size_t(llmc::q8RowBytes(c.k)), nb = c.n % 32 == 0 ? size_t(llmc::q8RowBytes(c.n)) : 0;
+    std::vector<uint8_t> xq(size_t(c.T) * rb);
+    for (int t = 0; t < c.T && c.int8; ++t) {
+      const std::vector<uint8_t> row = packQ8Row(cpuQuantize(&x[size_t(t) * c.k], c.k), c.k);
+      std::copy(row.begin(), row.end(), xq.begin() + long(t * rb));
+    }
+    const float *xin = c.int8 ? reinterpret_cast<const float *>(xq.data()) : x.data();
+    // The two kernels: the plain GEMV's y, then add_rms_norm(y, other) (with the int8 rows the
+    // kernel is asked for).
+    std::vector<float> y(size_t(c.T) * c.n, NAN), wantNormed(y.size(), NAN), wantSum(y.size(), NAN);
+    std::vector<uint8_t> wantQ8(size_t(c.T) * nb, 0xEE);
+    kp.get<LinearFn>()(xin, w.bytes.data(), nullptr, nullptr, y.data(), c.T, gridFor(*plain, c.T));
+    if (c.q8)
+      kn.get<AddRmsNormFn>()(y.data(), other.data(), normW.data(), wantNormed.data(), wantSum.data(), wantQ8.data(), c.T,
+                             gridFor(*norm, c.T));
+    else
+      kn.get<void (*)(const float *, const float *, const float *, float *, float *, int, unsigned)>()(
+          y.data(), other.data(), normW.data(), wantNormed.data(), wantSum.data(), c.T, gridFor(*norm, c.T));
+    // One workspace for every launch (each must find its counter zero and leave it so): sum in its
+    // own buffer, in place of `other` (the residual updated in place) or of y; one block.
+    std::vector<uint8_t> work(256, 0);
+    const unsigned grid = unsigned(gridFor(*fused, c.T));
+    for (const auto &[blocks, place] : {std::pair{grid, "own"}, std::pair{grid, "other"}, std::pair{grid, "y"},
+                                        std::pair{1u, "own"}}) {
+      SCOPED_TRACE(std::string("grid ") + std::to_string(blocks) + ", sum in " + place);
+      std::vector<float> yf(y.size(), NAN), normed(y.size(), NAN), ownSum(y.size(), NAN), otherCopy = other;
+      std::vector<uint8_t> q8(wantQ8.size(), 0xEE);
+      float *sum = std::string(place) == "own" ? ownSum.data() : std::string(place) == "other" ? otherCopy.data() : yf.data();
+      kf.get<NormFn>()(xin, w.bytes.data(), nullptr, nullptr, yf.data(), otherCopy.data(), normW.data(), normed.data(),
+                       sum, c.q8 ? q8.data() : nullptr, work.data(), c.T, blocks);
+      EXPECT_TRUE(bitEqual(std::vector<float>(sum, sum + y.size()), wantSum));
+      EXPECT_TRUE(bitEqual(normed, wantNormed));
+      if (std::string(place) != "y")
+        EXPECT_TRUE(bitEqual(yf, y));
+      if (c.q8)
+        EXPECT_EQ(q8, wantQ8);
+      EXPECT_EQ(work, std::vector<uint8_t>(256, 0)) << "the counter is left zero";
+    }
+    // x + residual in the other order: the same sum (the add is commutative).
+    if (!c.q8) {
+      std::vector<float> normed2(y.size(), NAN), sum2(y.size(), NAN);
+      kn.get<void (*)(const float *, const float *, const float *, float *, float *, int, unsigned)>()(
+          other.data(), y.data(), normW.data(), normed2.data(), sum2.data(), c.T, gridFor(*norm, c.T));
+      EXPECT_TRUE(bitEqual(normed2, wantNormed));
+    }
+  }
+  // Refused: tensor cores, gathered rows, with the SiLU-mul epilogue, a norm over another width.
+  llmc::LinearParams bad;
+  bad.n = 64;
+  bad.k = 64;
+  bad.weight = "int4-g32-f16-sym";
+  bad.addRmsNorm = llmc::RmsNormParams{64, 64, 1e-5f, false};
+  EXPECT_TRUE(llmc::emitLinearKernel(bad).ok());
+  bad.tensorCores = true;
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.tensorCores = false;
+  bad.gatherRows = true;
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.gatherRows = false;
+  bad.siluInter = 32;
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.siluInter = 0;
+  bad.addRmsNorm = llmc::RmsNormParams{128, 128, 1e-5f, false};
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+  bad.addRmsNorm = llmc::RmsNormParams{64, 32, 1e-5f, false};
+  EXPECT_FALSE(llmc::emitLinearKernel(bad).ok());
+}
+
 TEST(LinearKernel, TensorCoreKernels) {
   // Partial m-tiles (T = 3, 20, 40), a second token chunk (T = 70), partial weight tiles, short
   // spans, K not a multiple of 8 for dense weights, biases and gathered rows. The CUDA-core

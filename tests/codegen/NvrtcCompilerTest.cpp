@@ -13,6 +13,7 @@
 #include <iterator>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -123,6 +124,16 @@ std::vector<KernelSpec> allFamilies() {
     llmc::LinearParams gateUp{28672, 4096, weight, false, false, false, weight[0] == 'i'};
     gateUp.siluInter = 14336;
     add(llmc::emitLinearKernel(gateUp));
+  }
+  // Llama-3-8B's o_proj and down projection with the add_rms_norm after them in their last block
+  // (Step.norm_kernel): int8 activations writing the next GEMV's int8 rows (8 warps a block), f32
+  // activations, and bf16 weights (4 warps).
+  for (const auto &[weight, k, int8] : {std::tuple{"int4-g128-f16-min", 4096, true},
+                                        std::tuple{"int4-g128-f16-min", 14336, true},
+                                        std::tuple{"int4-g32-f16-min", 14336, false}, std::tuple{"bf16", 4096, false}}) {
+    llmc::LinearParams proj{4096, k, weight, false, false, false, int8};
+    proj.addRmsNorm = llmc::RmsNormParams{4096, 4096, 1e-5f, int8};
+    add(llmc::emitLinearKernel(proj));
   }
   add(llmc::emitQuantizeQ8Kernel(4096, false));
   add(llmc::emitQuantizeQ8Kernel(14336, false));

@@ -200,7 +200,8 @@ using StepsMaker = std::function<std::vector<flatbuffers::Offset<fb::Step>>(flat
 
 // A plan of one program "forward" with the steps `make_steps` builds over values 0 (I32, the
 // tokens and positions input) and 1-4 (f32), over kernels of the given families, in plan bytes.
-StatusOr<std::unique_ptr<Plan>> steps_plan(std::initializer_list<const char*> families, const StepsMaker& make_steps) {
+StatusOr<std::unique_ptr<Plan>> steps_plan(std::initializer_list<const char*> families, const StepsMaker& make_steps,
+                                           uint64_t workspace_bytes = 0) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<fb::Value>> values = {
       fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
@@ -215,7 +216,8 @@ StatusOr<std::unique_ptr<Plan>> steps_plan(std::initializer_list<const char*> fa
   std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
   for (const char* family : families)
     kernels.push_back(
-        fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0, nullptr));
+        fb::CreateKernelDirect(fbb, (std::string("k_") + family).c_str(), family, "", &block, "rows", 0, nullptr,
+                               workspace_bytes));
   auto kernels_off = fbb.CreateVector(kernels);
   fb::PlanBuilder pb(fbb);
   pb.add_schema_major(kSchemaMajor);
@@ -405,6 +407,59 @@ TEST(PlanFile, SiluKernelIsChecked) {
       EXPECT_EQ((*plan)->program("forward")->steps()->Get(0)->silu_kernel(), 2);
     } else {
       expect_step_refused(plan, c.error, c.where);
+    }
+  }
+}
+
+TEST(PlanFile, NormKernelIsChecked) {
+  // norm_kernel (schema minor 12): on a linear step with a kernel (x value 1, y value 2) and no
+  // silu kernel, followed by the add_rms_norm step that adds y to another value (its two
+  // inputs: y and that value, either order); a linear kernel with a workspace (its counter).
+  // Anything else is refused naming the problem.
+  struct Case {
+    const char* what;
+    fb::OpKind op, next;
+    int norm_kernel;
+    std::vector<int> next_in;
+    const char* error;  // nullptr: accepted
+    uint64_t workspace = 256;
+    int silu_kernel = -1;
+    bool last = false;  // the linear is the program's last step
+  };
+  const fb::OpKind lin = fb::OpKind::Linear, arn = fb::OpKind::AddRmsNorm;
+  const char* not_after = "the step after it is not an add_rms_norm of its output and another value";
+  const char* placement = "not on a linear step with a kernel";
+  for (const Case& c : {
+           Case{"valid", lin, arn, 2, {2, 3}, nullptr},
+           Case{"valid, y the residual", lin, arn, 2, {3, 2}, nullptr},
+           Case{"out of range", lin, arn, 3, {2, 3}, "norm kernel index out of range"},
+           Case{"on an rms_norm", fb::OpKind::RmsNorm, arn, 2, {2, 3}, placement},
+           Case{"with a silu kernel", lin, arn, 2, {2, 3}, placement, 256, 2},
+           Case{"an add_rms_norm kernel", lin, arn, 1, {2, 3}, "its norm kernel is of family 'add_rms_norm'"},
+           Case{"without a workspace", lin, arn, 2, {2, 3}, "takes no workspace", 0},
+           Case{"before an add", lin, fb::OpKind::Add, 2, {2, 3}, not_after},
+           Case{"before an add_rms_norm of other values", lin, arn, 2, {3, 4}, not_after},
+           Case{"before an add_rms_norm of y and y", lin, arn, 2, {2, 2}, not_after},
+           Case{"the last step", lin, arn, 2, {2, 3}, not_after, 256, -1, true},
+       }) {
+    SCOPED_TRACE(c.what);
+    auto plan = steps_plan(
+        {"linear", "add_rms_norm", "linear"},
+        [&](auto& fbb) {
+          const std::vector<int> x = {1}, y = {2}, outs = {3, 4}, w = {0};
+          std::vector<flatbuffers::Offset<fb::Step>> steps = {
+              fb::CreateStepDirect(fbb, c.op, &x, &y, nullptr, nullptr, 0, "o_proj", -1, 0, fb::GemmLibrary::None, -1,
+                                   -1, 0, -1, false, -1, c.silu_kernel, c.norm_kernel)};
+          if (!c.last)
+            steps.push_back(fb::CreateStepDirect(fbb, c.next, &c.next_in, &outs, nullptr, nullptr, 1, "norm"));
+          return steps;
+        },
+        c.workspace);
+    if (!c.error) {
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      EXPECT_EQ((*plan)->program("forward")->steps()->Get(0)->norm_kernel(), 2);
+    } else {
+      expect_step_refused(plan, c.error);
     }
   }
 }

@@ -19,7 +19,8 @@
 #              launch before each GEMV (--no-fused-quantize); bf16 decode with each layer's
 #              rope_kv_store launched apart from its attention (--no-rope-in-attention); both
 #              8B plans' batch-1 decode with each layer's silu_mul launched apart from its gate|up
-#              GEMV (--no-silu-in-gemv); both 8B
+#              GEMV (--no-silu-in-gemv), and with each add_rms_norm launched apart from the GEMV
+#              before it (--no-norm-in-gemv); both 8B
 #              plans' batch-1 decode with GEMVs that ask the L2 for nothing before their wait on
 #              the kernel before them (plans compiled with --gemv-l2-prefetch 0)
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
@@ -188,11 +189,13 @@ per_token = total - table
 prog = ins["program"]
 # A quantize_q8 kernel per int8-activation GEMV, but for those whose input the step before wrote
 # as int8 rows itself (one GEMV each: q/k/v and gate/up are fused); none for a rope_kv_store whose
-# attention step does its work at decode (Step.rope_kernel).
+# attention step does its work at decode (Step.rope_kernel), for a silu_mul whose gate|up GEMV does
+# it (Step.silu_kernel) and, at batch 1, for an add_rms_norm the GEMV before it does (norm_kernel).
 kernels = (prog['steps'] + prog.get('steps_with_int8_activation_gemv', 0) -
-           prog.get('steps_writing_int8_activations', 0) - prog.get('steps_with_rope_kernel', 0) +
+           prog.get('steps_writing_int8_activations', 0) - prog.get('steps_with_rope_kernel', 0) -
+           prog.get('steps_with_silu_kernel', 0) - prog.get('steps_with_norm_kernel', 0) +
            int(prog.get('logits_summary_on_gpu', False)))
-print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per decode step: {kernels}")
+print(f"weights {total / 1e9:.2f} GB, read per decode step {per_token / 1e9:.2f} GB; kernels per batch-1 decode step: {kernels}")
 for t in bench["tests"]:
     line = f"  {t['name']}: {t['tokens_per_s']:.1f} tok/s"
     if bw > 0 and t["kind"] == "tg":
@@ -227,7 +230,7 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   fi
 }
 
-if stage gemv 200; then
+if stage gemv 240; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
     bench_case "$plan, batch-1 decode with GEMVs that prefetch nothing before their wait (--gemv-l2-prefetch 0 plan; the bench above: 16 MiB):" \
       "${plan}_noprefetch" 100 --pp 0 --tg 64 --batch 0 -r 2
@@ -241,6 +244,8 @@ if stage gemv 200; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
     bench_case "$plan, batch-1 decode with each layer's silu_mul launched after its gate|up GEMV (--no-silu-in-gemv; the bench above: inside it):" \
       "$plan" 100 --pp 0 --tg 64 --batch 0 -r 2 --no-silu-in-gemv
+    bench_case "$plan, batch-1 decode with each add_rms_norm launched after its GEMV (--no-norm-in-gemv; the bench above: in the GEMV's last block):" \
+      "$plan" 100 --pp 0 --tg 64 --batch 0 -r 2 --no-norm-in-gemv
   done
 fi
 
