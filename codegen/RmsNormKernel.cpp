@@ -119,14 +119,18 @@ ${ENTRY}(const float *x, const float *residual, const float *__restrict__ w,
 // the kernel above's operations, in its order, for every row. The add_rms_norm kernel's kBlock
 // threads become kNormBlock "virtual" ones: warp w of this block does virtual warps w,
 // w + kNormThreads / 32, ..., each exactly as that warp would (its lanes' strided elements in index
-// order, the same xor tree), and the warps' sums go through the same tree: the same bits. The sum
-// is read back from `sum` for the output (the kernel keeps it in registers: the same value).
+// order, the same xor tree), and the warps' sums go through the same tree: the same bits.
 constexpr const char *kAddRmsNormEpilogue = R"cuda(namespace {
 constexpr int kNormD = ${D};
 constexpr int kNormBlock = ${BLOCK};     // the add_rms_norm kernel's threads
 constexpr int kNormWarps = kNormBlock / 32;
 constexpr int kNormPerThread = (kNormD + kNormBlock - 1) / kNormBlock;
 constexpr int kNormThreads = ${THREADS}; // this kernel's threads per block
+constexpr int kNormRealWarps = kNormThreads / 32;
+constexpr int kNormVirtual = (kNormWarps + kNormRealWarps - 1) / kNormRealWarps; // a warp's virtual warps
+// Virtual warps whose loads a thread has in flight together: 16 values (Llama's 8-warp
+// projections: all 4 of a warp; more made ptxas spill in the 4-warp dense GEMV).
+constexpr int kNormChunk = kNormPerThread >= 16 ? 1 : 16 / kNormPerThread < kNormVirtual ? 16 / kNormPerThread : kNormVirtual;
 constexpr float kNormEps = ${EPS};
 static_assert(kNormThreads % 32 == 0, "blocks of whole warps");
 
@@ -159,38 +163,52 @@ __device__ __noinline__ void addRmsNormLastBlock(const float *y, const float *ot
   if (!normLast)
     return;
   __threadfence();
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int row = 0; row < T; ++row) {
     const long long base = (long long)row * kNormD;
-    for (int vw = threadIdx.x >> 5; vw < kNormWarps; vw += kNormThreads / 32) {
-      float ss = 0.0f;
+    // The loads of kNormChunk virtual warps at once (compile-time slots: a trip to the L2 per
+    // chunk rather than per virtual warp), then each one's sum of squares.
+    for (int c = 0; c < kNormVirtual; c += kNormChunk) {
+      float v[kNormChunk][kNormPerThread];
 #pragma unroll
-      for (int k = 0; k < kNormPerThread; ++k) {
-        const int j = vw * 32 + lane + k * kNormBlock;
-        float v = 0.0f;
-        if (j < kNormD) {
-          v = __ldcg(y + base + j) + other[base + j]; // (other blocks' y: from the L2)
-          sum[base + j] = v;
+      for (int i = 0; i < kNormChunk; ++i)
+#pragma unroll
+        for (int k = 0; k < kNormPerThread; ++k) {
+          const int vw = warp + (c + i) * kNormRealWarps, j = vw * 32 + lane + k * kNormBlock;
+          v[i][k] = vw < kNormWarps && j < kNormD ? __ldcg(y + base + j) + other[base + j] : 0.0f; // (y: L2)
         }
-        ss += v * v;
+#pragma unroll
+      for (int i = 0; i < kNormChunk; ++i) {
+        const int vw = warp + (c + i) * kNormRealWarps;
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kNormPerThread; ++k) {
+          const int j = vw * 32 + lane + k * kNormBlock;
+          if (vw < kNormWarps && j < kNormD)
+            sum[base + j] = v[i][k];
+          ss += v[i][k] * v[i][k];
+        }
+        ss = normWarpSum(ss);
+        if (lane == 0 && vw < kNormWarps)
+          normRed[vw] = ss;
       }
-      ss = normWarpSum(ss);
-      if (lane == 0)
-        normRed[vw] = ss;
     }
     __syncthreads();
     const float total = normWarpSum(lane < kNormWarps ? normRed[lane] : 0.0f);
     const float inv = 1.0f / sqrtf(total / (float)kNormD + kNormEps);
-    for (int vw = threadIdx.x >> 5; vw < kNormWarps; vw += kNormThreads / 32) {
+    // The sums read back (the thread's own stores; kept in registers across the reduction they
+    // made ptxas spill), with the weight.
+    for (int c = 0; c < kNormVirtual; c += kNormChunk)
 #pragma unroll
-      for (int k = 0; k < kNormPerThread; ++k) {
-        const int j = vw * 32 + lane + k * kNormBlock;
-        if (j < kNormD) { // (whole warps: kNormD is a multiple of 32 when q8 rows are written)
-          const float out = sum[base + j] * inv * w[j];
-          normed[base + j] = out;${Q8_WRITE}
+      for (int i = 0; i < kNormChunk; ++i)
+#pragma unroll
+        for (int k = 0; k < kNormPerThread; ++k) {
+          const int vw = warp + (c + i) * kNormRealWarps, j = vw * 32 + lane + k * kNormBlock;
+          if (vw < kNormWarps && j < kNormD) { // (whole warps: kNormD is a multiple of 32 when q8 rows are written)
+            const float out = sum[base + j] * inv * w[j];
+            normed[base + j] = out;${Q8_WRITE}
+          }
         }
-      }
-    }
     __syncthreads(); // normRed is rewritten for the next row
   }
   if (threadIdx.x == 0)
@@ -302,7 +320,7 @@ llmrt::StatusOr<std::string> detail::addRmsNormEpilogueSource(const RmsNormParam
        {"BLOCK", std::to_string(detail::reductionBlockSize(p.dim))},
        {"THREADS", std::to_string(threads)},
        {"EPS", detail::floatLiteral(p.eps)},
-       {"Q8_WRITE", p.quantizedOutput ? "\n          storeQ8Value<kNormD>(q8, row, j, out);" : ""}});
+       {"Q8_WRITE", p.quantizedOutput ? "\n            storeQ8Value<kNormD>(q8, row, j, out);" : ""}});
   return body;
 }
 
