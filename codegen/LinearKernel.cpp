@@ -134,57 +134,6 @@ __device__ __forceinline__ void mmaStore(float acc[kMTiles][4], const float *bia
 } // namespace
 )cuda";
 
-// The tiles' exact dequantization, shared by the quantized linear kernels and dequant_bf16.
-constexpr const char *kQuantDequant = R"cuda(namespace {
-constexpr int kTiles = (kN + 7) / 8;
-
-// An integer code 0..255 as a float, exactly, without the int-to-float unit (a quarter-rate
-// pipe that would bound the decode GEMV): 2^23 + c has c in its mantissa.
-__device__ __forceinline__ float codeToFloat(unsigned c) {
-  return __uint_as_float(0x4B000000u | c) - 8388608.0f;
-}
-
-// Sub-block j of span `span`, the lane's words `w` of it (registers or memory): its 8 weights (row n of the tile)
-// dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
-__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w,
-                                                int span, int j, int n, int q, float v[8], int at[8]) {
-  const int k0 = span * 128 + j * 32; // this sub-block's first element
-  const int g = k0 / kGroup;          // sub-blocks never straddle groups
-  const float d = loadScale(base + (g * 8 + n) * kScaleBytes);
-  float lo = 0.0f; // value = d * code + lo
-  if (kOffset == 2)
-    lo = loadScale(base + kOffsetsAt + (g * 8 + n) * kScaleBytes);
-  else if (kOffset == 1)
-    lo = -d * (float)base[kOffsetsAt + g * 8 + n];
-  else
-    lo = kBits == 4 ? -8.0f * d : 0.0f;
-  if (kBits == 4) {
-    const unsigned word = w[0];
-    // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
-    // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
-#pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
-      at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-      v[p] = d * codeToFloat((word >> (4 * p)) & 15u) + lo;
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const unsigned word = w[s];
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const unsigned c = (word >> (8 * b)) & 255u;
-        // sym codes are signed bytes (c ^ 0x80 = code + 128); zp and min codes unsigned.
-        const float code = kOffset == 0 ? codeToFloat(c ^ 0x80u) - 128.0f : codeToFloat(c);
-        at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-        v[4 * s + b] = d * code + lo;
-      }
-    }
-  }
-}
-} // namespace
-)cuda";
 
 constexpr const char *kQuantTemplate = R"cuda(namespace {
 // Whether a lane's codes of a whole span (16 bytes for int4, 32 for int8) lie 16-byte aligned
@@ -956,80 +905,11 @@ ${SILU_ENTRY}  // Block b's first items are rows kWarps b .. kWarps b + kWarps -
 ${NORM_EPILOGUE}}
 )cuda";
 
-// dequant_bf16: one warp per (tile, span) item, lane L holding row L / 4's fragment elements of
-// each sub-block (dequantSubBlock), which it writes as two adjacent bf16 per 4-byte store (a
-// row's 4 lanes fill 64 contiguous bytes per sub-block).
-constexpr const char *kDequantTemplate = R"cuda(namespace {
-constexpr int kN = ${N};
-constexpr int kK = ${K};
-constexpr int kDequantWarps = ${WARPS};
-} // namespace
-)cuda";
-
-constexpr const char *kDequantEntry = R"cuda(
-extern "C" __global__ void __launch_bounds__(kDequantWarps * 32)
-${ENTRY}(const unsigned char *__restrict__ w, unsigned short *__restrict__ out, int T) {
-  const int lane = threadIdx.x & 31, n = lane >> 2, q = lane & 3;
-  const long long items = (long long)kTiles * kSpans;
-  // Neighbouring warps take neighbouring spans of one tile: the reads stream through the tile.
-  for (long long item = (long long)blockIdx.x * kDequantWarps + (threadIdx.x >> 5); item < items;
-       item += (long long)gridDim.x * kDequantWarps) {
-    const int tile = (int)(item / kSpans), span = (int)(item % kSpans);
-    const unsigned char *base = w + tile * kTileBytes;
-    const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4; // sub-blocks in the span
-    const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
-    const int row = tile * 8 + n;
-    for (int j = 0; j < m; ++j) {
-      float v[8];
-      int at[8];
-      dequantSubBlock(base, reinterpret_cast<const unsigned *>(mine + j * kW), span, j, n, q, v, at);
-      if (row >= kN)
-        continue;
-      unsigned short *o = out + (long long)row * kK + span * 128 + j * 32;
-      // The elements come in adjacent pairs (2 q + 16 s + 8 c, + 1), one 4-byte store each:
-      // int4 nibbles p and p + 4, int8 bytes 2 i and 2 i + 1 (dequantSubBlock's order).
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int lo = kBits == 4 ? i : 2 * i, hi = kBits == 4 ? i + 4 : 2 * i + 1;
-        *reinterpret_cast<unsigned *>(o + at[lo]) = (unsigned)floatToBf16(v[lo]) | ((unsigned)floatToBf16(v[hi]) << 16);
-      }
-    }
-  }
-}
-)cuda";
-
 constexpr int kWarpsPerBlock = 4;
 constexpr int kTokensPerItem = 4;
 constexpr int64_t kSplitKTargetWarps = 4096;
 
 } // namespace
-
-llmrt::StatusOr<KernelSpec> emitDequantBf16Kernel(const std::string &weight, int64_t n, int64_t k) {
-  if (n <= 0 || n > detail::kMaxVocab || k <= 0 || k > detail::kMaxDim)
-    return llmrt::invalid_argument("dequant_bf16: shape [" + std::to_string(n) + ", " + std::to_string(k) +
-                                   "] outside [1, 2^31) x [1, 2^24]");
-  auto storage = detail::weightSource(weight, k);
-  if (!storage.ok())
-    return llmrt::invalid_argument("dequant_bf16: " + storage.status().message());
-  if (storage->dense)
-    return llmrt::invalid_argument("dequant_bf16: weight '" + weight + "' is not quantized");
-  constexpr int kWarps = 8;
-  std::string body = "// llmc kernel: dequant_bf16, n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                     " weight=" + weight +
-                     "\n// out[r, c] = bf16(dequantized w[r, c]), round to nearest even; bf16 bit patterns."
-                     "\n// Params: (const unsigned char *w, unsigned short *out, int T = n)"
-                     "\n// Launch: blockDim.x = " + std::to_string(32 * kWarps) +
-                     ", gridDim.x: grid-stride over (tile, span) warp items.\n" +
-                     detail::substitute(kDequantTemplate,
-                                        {{"N", std::to_string(n)}, {"K", std::to_string(k)},
-                                         {"WARPS", std::to_string(kWarps)}}) +
-                     storage->constants + kQuantDequant + kDequantEntry;
-  // One warp per (tile, span) item: T = n rows make n / 8 tiles of kSpans items, 8 per block.
-  const int64_t spans = (k + 127) / 128;
-  return detail::finishSpec("dequant_bf16",
-                            "llm_dequant_bf16_n" + std::to_string(n) + "_k" + std::to_string(k) + "_" + storage->tag,
-                            body, 32 * kWarps, "rows/64*" + std::to_string(spans));
-}
 
 int quantizedGemvWarps(int64_t n, int64_t k) {
   return static_cast<int>(std::clamp<int64_t>(kSplitKTargetWarps / ((n + 7) / 8), 1, std::min<int64_t>(8, (k + 127) / 128)));
@@ -1163,7 +1043,7 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     // two waves on 132 SMs. Capped, the kernel spills a few per-item words (8-104 bytes per thread,
     // stores and loads; none in a g128 span loop; NvrtcTest.EveryFamilyCompilesForSm80AndSm90
     // bounds it). The SiLU-mul epilogue's blocks: 8 warps, 4 per SM at 64 registers.
-    body += kQuantDequant;
+    body += detail::kQuantDequant;
     body += detail::substitute(
         kQuantTemplate,
         withNorm({{"LAUNCH_BOUNDS", p.tensorCores ? "kWarps * 32, 5" : silu ? "256, 4" : "kWarps * 32, 32 / kWarps"},
@@ -1197,5 +1077,58 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     spec.workspaceBytes = 256; // the last block's counter (a word, zero between launches)
   return spec;
 }
+
+// The tiles' exact dequantization, shared by the quantized linear kernels and dequant_bf16
+// (DequantKernel.cpp).
+const char *const detail::kQuantDequant = R"cuda(namespace {
+constexpr int kTiles = (kN + 7) / 8;
+
+// An integer code 0..255 as a float, exactly, without the int-to-float unit (a quarter-rate
+// pipe that would bound the decode GEMV): 2^23 + c has c in its mantissa.
+__device__ __forceinline__ float codeToFloat(unsigned c) {
+  return __uint_as_float(0x4B000000u | c) - 8388608.0f;
+}
+
+// Sub-block j of span `span`, the lane's words `w` of it (registers or memory): its 8 weights (row n of the tile)
+// dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
+__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w,
+                                                int span, int j, int n, int q, float v[8], int at[8]) {
+  const int k0 = span * 128 + j * 32; // this sub-block's first element
+  const int g = k0 / kGroup;          // sub-blocks never straddle groups
+  const float d = loadScale(base + (g * 8 + n) * kScaleBytes);
+  float lo = 0.0f; // value = d * code + lo
+  if (kOffset == 2)
+    lo = loadScale(base + kOffsetsAt + (g * 8 + n) * kScaleBytes);
+  else if (kOffset == 1)
+    lo = -d * (float)base[kOffsetsAt + g * 8 + n];
+  else
+    lo = kBits == 4 ? -8.0f * d : 0.0f;
+  if (kBits == 4) {
+    const unsigned word = w[0];
+    // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
+    // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
+      at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
+      v[p] = d * codeToFloat((word >> (4 * p)) & 15u) + lo;
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const unsigned word = w[s];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const unsigned c = (word >> (8 * b)) & 255u;
+        // sym codes are signed bytes (c ^ 0x80 = code + 128); zp and min codes unsigned.
+        const float code = kOffset == 0 ? codeToFloat(c ^ 0x80u) - 128.0f : codeToFloat(c);
+        at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
+        v[4 * s + b] = d * code + lo;
+      }
+    }
+  }
+}
+} // namespace
+)cuda";
 
 } // namespace llmc

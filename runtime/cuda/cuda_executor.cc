@@ -560,6 +560,11 @@ int CudaExecutor::gemm_library_steps() const {
   return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.library; }));
 }
 
+DevicePtr CudaExecutor::weight_ptr(const Step& st, size_t i) const {
+  return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
+                                                      : DevicePtr{0};
+}
+
 DevicePtr CudaExecutor::value_ptr(int id) const {
   if (id == token_input_) return tokens_;
   if (id == position_input_) return positions_;
@@ -749,10 +754,7 @@ Status CudaExecutor::library_gemm(const Step& st, int rows, int* converted) {
     }
     x = library_input_;
   }
-  auto weight = [&](size_t i) {
-    return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
-                                                        : DevicePtr{0};
-  };
+  auto weight = [&](size_t i) { return weight_ptr(st, i); };
   DevicePtr w = weight(0);
   if (st.dequant.kernel >= 0) {  // the quantized weight as a bf16 matrix, rewritten at every call
     args_.assign({w, library_weight_, 0});
@@ -828,10 +830,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
       std::memcpy(&slot, &v, sizeof(v));
       args.push_back(slot);
     };
-    auto weight = [&](size_t i) {
-      return i < st.weights.size() && st.weights[i] >= 0 ? weights_ + tensor_offset_[static_cast<size_t>(st.weights[i])]
-                                                          : DevicePtr{0};
-    };
+    auto weight = [&](size_t i) { return weight_ptr(st, i); };
     const DevicePtr kc = kv_ + kv_layer_bytes_ * static_cast<uint64_t>(st.layer);
     const DevicePtr vc = kc + kv_half_bytes_;
     auto scales = [&] {  // int8 caches: the K and V scales follow the caches
@@ -874,9 +873,7 @@ Status CudaExecutor::launch_steps(int T, int S, int L, bool one_row, bool timed)
         if (norm) {  // the add_rms_norm's other input, weight, outputs, then its int8 rows or null
           const Step& next = steps_[index + 1];
           ptr(value_ptr(next.in[next.in[0] == st.out[0] ? 1 : 0]));
-          ptr(next.weights.empty() || next.weights[0] < 0
-                  ? DevicePtr{0}
-                  : weights_ + tensor_offset_[static_cast<size_t>(next.weights[0])]);
+          ptr(weight_ptr(next, 0));
           ptr(value_ptr(next.out[0])), ptr(value_ptr(next.out[1]));
           ptr(writes_int8_rows(steps_, index + 1, T, fused_quantize_) ? quant_input_ : 0);
         }

@@ -172,6 +172,8 @@ class CudaExecutor : public Executor {
   Status init(const Plan& plan, const CudaExecutorOptions& options);
   Status decode(const Plan& plan);
   DevicePtr value_ptr(int id) const;
+  /// Device address of step `st`'s weight i (0 when it has none there).
+  DevicePtr weight_ptr(const Step& st, size_t i) const;
   /// Launches every step for T rows, S sequences and L logits rows (the buffers hold the batch);
   /// with `timed`, records events_[i + 1] after step i.
   /// `one_row`: every sequence has exactly one row (decode: a step's rope_kernel may run).

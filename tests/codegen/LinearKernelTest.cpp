@@ -80,6 +80,18 @@ Weight denseWeight(const std::string &type, int n, int k, uint32_t seed) {
   return w;
 }
 
+/// The T rows of x ([T, k]) as the int8 rows an int8-activation GEMV reads (the CPU's quantization,
+/// packed as quantize_q8 writes it).
+std::vector<uint8_t> packedQ8Rows(const std::vector<float> &x, int T, int k) {
+  const size_t rb = size_t(llmc::q8RowBytes(k));
+  std::vector<uint8_t> xq(size_t(T) * rb);
+  for (int t = 0; t < T; ++t) {
+    const std::vector<uint8_t> row = packQ8Row(cpuQuantize(&x[size_t(t) * k], k), k);
+    std::copy(row.begin(), row.end(), xq.begin() + long(t * rb));
+  }
+  return xq;
+}
+
 /// Runs the kernel of `p` over T rows (gathered through `rows` for logits)
 /// and checks every output against the reference; also checks that the grid
 /// size and the other rows of the batch do not change a single bit.
@@ -628,12 +640,8 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
     ASSERT_TRUE(kp.ok() && kf.ok() && ks.ok()) << kp.error() << kf.error() << ks.error();
     const Weight w = quantizedWeight(c.format, n, c.k, 23);
     const std::vector<float> x = randomVector(size_t(c.T) * c.k, 95), bias = randomVector(size_t(n), 96);
-    const size_t rb = size_t(llmc::q8RowBytes(c.k)), hb = size_t(llmc::q8RowBytes(c.inter));
-    std::vector<uint8_t> xq(size_t(c.T) * rb);
-    for (int t = 0; t < c.T; ++t) {
-      const std::vector<uint8_t> row = packQ8Row(cpuQuantize(&x[size_t(t) * c.k], c.k), c.k);
-      std::copy(row.begin(), row.end(), xq.begin() + long(t * rb));
-    }
+    const size_t hb = size_t(llmc::q8RowBytes(c.inter));
+    const std::vector<uint8_t> xq = packedQ8Rows(x, c.T, c.k);
     const float *xin = c.int8 ? reinterpret_cast<const float *>(xq.data()) : x.data();
     const float *b = c.bias ? bias.data() : nullptr;
     // The two-kernel sequence: the plain GEMV's y, then silu_mul (h and its int8 rows).
@@ -798,12 +806,8 @@ TEST(LinearKernel, AddRmsNormEpilogueIsTheGemvThenAddRmsNorm) {
     const Weight w = dense ? denseWeight(c.weight, c.n, c.k, 41) : quantizedWeight(c.weight, c.n, c.k, 41);
     const std::vector<float> x = randomVector(size_t(c.T) * c.k, 42), other = randomVector(size_t(c.T) * c.n, 43),
                              normW = randomVector(size_t(c.n), 44);
-    const size_t rb = size_t(llmc::q8RowBytes(c.k)), nb = c.n % 32 == 0 ? size_t(llmc::q8RowBytes(c.n)) : 0;
-    std::vector<uint8_t> xq(size_t(c.T) * rb);
-    for (int t = 0; t < c.T && c.int8; ++t) {
-      const std::vector<uint8_t> row = packQ8Row(cpuQuantize(&x[size_t(t) * c.k], c.k), c.k);
-      std::copy(row.begin(), row.end(), xq.begin() + long(t * rb));
-    }
+    const size_t nb = c.n % 32 == 0 ? size_t(llmc::q8RowBytes(c.n)) : 0;
+    const std::vector<uint8_t> xq = packedQ8Rows(x, c.int8 ? c.T : 0, c.k);
     const float *xin = c.int8 ? reinterpret_cast<const float *>(xq.data()) : x.data();
     // The two kernels: the plain GEMV's y, then add_rms_norm(y, other) (with the int8 rows the
     // kernel is asked for).
