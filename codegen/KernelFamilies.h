@@ -229,7 +229,10 @@ bool tiledAttentionApplies(const AttentionParams &p);
 inline constexpr int kTiledAttentionMinRows = 33;
 
 /// The summary of each logits row for sampling (runtime/sampler/logits_summary.h):
-/// (const float *logits, unsigned char *out, int L), one block per row, rows of `vocab`.
+/// (const float *logits, unsigned char *out[, unsigned char *work], int L), rows of `vocab`
+/// (at most kMaxLogitsSummaryVocab: plans of longer rows have no summary kernel, and the runtime
+/// copies their rows).
+inline constexpr int64_t kMaxLogitsSummaryVocab = 524288;
 llmrt::StatusOr<KernelSpec> emitLogitsSummaryKernel(int64_t vocab);
 
 /// A dense GEMM library's input (cuBLASLt multiplies operands of one type): rows of `width` f32

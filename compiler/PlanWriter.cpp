@@ -358,7 +358,8 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
   auto stps = fbb.CreateVector(steps);
   // GPU plans reduce each logits row on the device for the sampler (runtime/sampler/logits_summary.h).
   int summaryKernel = -1;
-  if (!opts.targets.empty()) {
+  // Longer rows than the kernel takes (no model's vocabulary so far) are copied whole instead.
+  if (!opts.targets.empty() && outputWidth <= kMaxLogitsSummaryVocab) {
     if (ShapedType::isDynamic(outputWidth))
       return error(fn, "@forward's logits need a static vocab width for the GPU summary kernel");
     llmrt::StatusOr<KernelSpec> summary = emitLogitsSummaryKernel(outputWidth);

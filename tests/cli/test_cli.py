@@ -213,6 +213,30 @@ def test_gguf_model_has_a_gpu_kernel_for_every_step(llmc, tmp_path):
     assert j["program"]["steps_with_gpu_kernel"] == j["program"]["steps"], j["program"]
 
 
+def test_logits_summary_kernel_up_to_its_longest_row(llmc, tmp_path):
+    """GPU plans summarize each logits row on the device for vocabularies of up to 524288 entries
+    (codegen/LogitsSummaryKernel.cpp: 64 parts of 8192); a longer row gets no summary kernel and
+    the plan still compiles (the runtime then copies whole rows)."""
+    import shutil
+    from pathlib import Path
+    if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
+        pytest.skip("no CUDA toolkit on this machine")
+    cfg = json.loads((TINY / "llama" / "config.json").read_text())
+    for vocab, summarized in ((524288, True), (524289, False)):
+        model = tmp_path / f"v{vocab}"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({**cfg, "vocab_size": vocab}))
+        plan = tmp_path / f"v{vocab}.fb"
+        proc = run([llmc, "compile", "--synthetic-weights", "1", model, "-o", plan, "--target", "sm_90", "-q"])
+        if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
+            pytest.skip("llmc built without NVRTC")
+        assert proc.returncode == 0, proc.stderr
+        prog = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)["program"]
+        assert prog["logits_summary_on_gpu"] is summarized, (vocab, prog)
+        assert prog["steps_with_gpu_kernel"] == prog["steps"], prog
+        assert (f"llm_logits_summary_v{vocab}_".encode() in plan.read_bytes()) is summarized
+
+
 def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):
     """Linear/logits and paged-attention steps have a tensor-core kernel (entry suffix _tc: TF32
     tiles, the tiled prefill attention) unless --no-tensor-cores."""

@@ -167,6 +167,21 @@ template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned delta)
   return out;
 }
 
+/// __shfl_sync over the whole warp (every lane calls it): lane srcLane's value (srcLane mod 32).
+template <class T> static inline T __shfl_sync(unsigned, T v, int srcLane) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  const unsigned me = threadIdx.x, from = me - (me & 31) + (unsigned(srcLane) & 31u);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  llmc_emu::shuffleSlots[me] = bits;
+  __syncwarp();
+  T out = v;
+  if (from < blockDim.x)
+    std::memcpy(&out, &llmc_emu::shuffleSlots[from], sizeof(T));
+  __syncwarp(); // the slots are reused by the next shuffle
+  return out;
+}
+
 /// __match_any_sync over the whole warp (every lane calls it): the lanes whose value equals this
 /// lane's.
 static inline unsigned __match_any_sync(unsigned, unsigned v) {

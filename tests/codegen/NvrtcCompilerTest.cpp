@@ -64,6 +64,7 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitLinearKernel({128256, 4096, "bf16", false, true, true}));
   add(llmc::emitLogitsSummaryKernel(49152));
   add(llmc::emitLogitsSummaryKernel(128256));
+  add(llmc::emitLogitsSummaryKernel(llmc::kMaxLogitsSummaryVocab)); // 16 entries a thread, 64 parts
   add(llmc::emitKvStoreKernel({8, 128, 16, "f32"}));
   llmc::AttentionParams attn;
   attn.cache = {8, 128, 16, "f32"};
