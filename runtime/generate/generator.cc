@@ -219,7 +219,7 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler.sample_from_summary(ctx, summaries[li]));
       if (!quick) {
         RETURN_IF_ERROR(read_row());
-        ASSIGN_OR_RETURN(quick, sampler.sample(ctx, row));
+        ASSIGN_OR_RETURN(quick, sampler.sample(ctx, row, {}, &summaries[li]));
       }
       const SampleResult res = *quick;
       o.tokens.push_back(res.token);

@@ -10,7 +10,8 @@
 //      otherwise logits / temperature, then softmax (max subtracted);
 //   5. min-p: drop tokens with p < min_p * p_max;
 //   6. top-k: keep the k most probable (ties to the lower id);
-//   7. top-p: renormalize, keep the smallest most-probable prefix whose mass reaches top_p;
+//   7. top-p: keep the smallest most-probable prefix whose mass reaches top_p x the mass of the
+//      candidates left (summed in id order, or in the top-k order where top-k dropped some);
 //   8. draw u in [0, 1) from the counter-based RNG below and pick the token where the cumulative
 //      mass first exceeds u * mass; candidates are walked by probability desc, id asc when top-k
 //      or top-p is active, else by id (either way a fixed order).
@@ -81,8 +82,11 @@ class Sampler {
   explicit Sampler(int32_t vocab_size);
   int32_t vocab_size() const { return vocab_size_; }
 
+  /// `summary`, when given, is this row's (logits_summary.h): its max and log_sum give the
+  /// logprob instead of another pass over the row.
   StatusOr<SampleResult> sample(const SamplingContext& context, std::span<const float> logits,
-                                std::span<LogitsProcessor* const> processors = {});
+                                std::span<LogitsProcessor* const> processors = {},
+                                const LogitsSummary* summary = nullptr);
 
   /// The same draw from a summary of the row (logits_summary.h) where the summary decides it
   /// exactly, i.e. the result equals sample() on the whole row bit for bit: no penalties, bias or
@@ -104,6 +108,8 @@ class Sampler {
   std::vector<uint8_t> seen_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<std::pair<float, int32_t>> kept_;  // sample_from_summary's top-k check
+  static constexpr size_t kMassBins = 4096;       // top-p's estimate of where its prefix ends
+  std::vector<double> bin_mass_;
 };
 
 }  // namespace llmrt

@@ -846,9 +846,7 @@ Status Engine::Impl::fill_logprob(int32_t li, int32_t token, int k, TokenLogprob
   }
   ASSIGN_OR_RETURN(const float* row, logits_row(li));
   const int vocab = cfg.vocab_size;
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < vocab; ++i) mx = std::max(mx, row[i]);
-  const double lse = mx + logits_log_sum(row, vocab, mx);
+  const double lse = s.max + s.log_sum;
   out->logprob = static_cast<float>(row[token] - lse);
   if (k <= 0) return ok_status();
   topk_ids.resize(vocab);
@@ -896,7 +894,8 @@ Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
                      sampler->sample_from_summary(ctx, summaries[static_cast<size_t>(li)]));
     if (quick) return *quick;
     ASSIGN_OR_RETURN(const float* row, logits_row(li));
-    return sampler->sample(ctx, std::span<const float>(row, static_cast<size_t>(cfg.vocab_size)));
+    return sampler->sample(ctx, std::span<const float>(row, static_cast<size_t>(cfg.vocab_size)), {},
+                           &summaries[static_cast<size_t>(li)]);
   };
   if (!g->forked) {
     g->forked = true;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -335,6 +336,107 @@ TEST(SamplerSummary, DeclinesWhereTokensOutsideTheSummaryCouldBeDrawn) {
   p.logit_bias.clear();
   sum.ids[3] = vocab;
   EXPECT_FALSE(s.sample_from_summary(ctx(p), sum).ok());
+}
+
+// Stages 4-8 as sampler.h states them, the plain way (every candidate sorted), for rows no penalty
+// or processor edits: what the sampler's chunked sorting must draw.
+int32_t reference_draw(const std::vector<float>& w, const SamplingParams& p, uint64_t request, uint64_t step) {
+  float mx = -INFINITY;
+  for (float x : w)
+    if (!std::isnan(x)) mx = std::max(mx, x);
+  const float inv_t = 1.0f / p.temperature, mx_scaled = mx * inv_t;
+  std::vector<std::pair<float, int32_t>> cand;
+  float pmax = 0.0f;
+  for (int32_t i = 0; i < static_cast<int32_t>(w.size()); ++i) {
+    if (std::isnan(w[i]) || w[i] == -INFINITY) continue;
+    const float e = std::exp(w[i] * inv_t - mx_scaled);
+    if (e > 0.0f) cand.emplace_back(e, i);
+    pmax = std::max(pmax, e);
+  }
+  if (p.min_p > 0.0f)
+    std::erase_if(cand, [&](const auto& c) { return c.first < p.min_p * pmax; });
+  auto before = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  std::vector<std::pair<float, int32_t>> sorted = cand;
+  std::sort(sorted.begin(), sorted.end(), before);
+  const bool top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < cand.size();
+  if (top_k) sorted.resize(static_cast<size_t>(p.top_k));
+  if (p.top_k > 0 || p.top_p < 1.0f) cand = sorted;  // walked in that order
+  if (p.top_p < 1.0f) {
+    double total = 0.0;  // in id order, or the top-k order where top-k dropped some
+    for (const auto& c : cand) total += c.first;
+    const double target = static_cast<double>(p.top_p) * total;
+    double cum = 0.0;
+    size_t keep = 0;
+    while (keep < sorted.size()) {
+      cum += sorted[keep++].first;
+      if (cum >= target) break;
+    }
+    cand.assign(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(std::max<size_t>(keep, 1)));
+  }
+  double total = 0.0;
+  for (const auto& c : cand) total += c.first;
+  const double u = sampling_uniform(p.seed, request, step) * total;
+  double cum = 0.0;
+  for (const auto& c : cand) {
+    cum += c.first;
+    if (cum > u) return c.second;
+  }
+  return cand.back().second;
+}
+
+// Rows of 40000 and 128256 entries (more than 16384 candidates: top-p's bins find where its
+// prefix ends, a chunk is sorted, not the row): spread (the nucleus thousands of tokens),
+// peaked (a few dozen) and tied logits, with top-k, min-p and temperatures.
+TEST(Sampler, TopPSortsOnlyItsPrefixAndDrawsAsAWholeSort) {
+  int draws = 0;
+  for (int vocab : {40000, 128256})
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> row(static_cast<size_t>(vocab));
+      uint64_t st = static_cast<uint64_t>(vocab) * 31 + static_cast<uint64_t>(kind);
+      for (size_t i = 0; i < row.size(); ++i) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        const float u = float((st >> 40) & 0xFFFFFF) / float(1 << 24);
+        row[i] = kind == 0 ? 6.0f * u : kind == 1 ? (i % 997 == 5 ? 12.0f + u : 3.0f * u) : std::floor(8.0f * u);
+      }
+      Sampler s(vocab);
+      for (float t : {0.7f, 1.3f})
+        for (float top_p : {0.5f, 0.9f, 0.99f})
+          for (int k : {0, 40, 1 << 20})
+            for (float min_p : {0.0f, 0.001f}) {
+              SamplingParams p;
+              p.temperature = t;
+              p.top_p = top_p;
+              p.top_k = k;
+              p.min_p = min_p;
+              p.seed = 77;
+              for (uint64_t step = 0; step < 2; ++step) {
+                auto got = s.sample(ctx(p, 4, step), row);
+                ASSERT_TRUE(got.ok()) << got.status().message();
+                ASSERT_EQ(got->token, reference_draw(row, p, 4, step))
+                    << "vocab " << vocab << " kind " << kind << " t " << t << " top_p " << top_p << " k " << k
+                    << " min_p " << min_p << " step " << step;
+                ++draws;
+              }
+            }
+    }
+  EXPECT_EQ(draws, 2 * 3 * 2 * 3 * 3 * 2 * 2);
+}
+
+// With the row's summary the logprob comes from its max and log_sum: the same number.
+TEST(Sampler, TheRowsSummaryGivesTheSameLogprob) {
+  const std::vector<float> row = summaryRow(3000, 0, 5);
+  LogitsSummary sum;
+  summarize_logits(row.data(), 3000, &sum);
+  Sampler s(3000);
+  SamplingParams p;
+  p.seed = 3;
+  for (uint64_t step = 0; step < 8; ++step) {
+    auto plain = s.sample(ctx(p, 1, step), row);
+    auto with = s.sample(ctx(p, 1, step), row, {}, &sum);
+    ASSERT_TRUE(plain.ok() && with.ok());
+    EXPECT_EQ(with->token, plain->token);
+    EXPECT_EQ(with->logprob, plain->logprob);
+  }
 }
 
 TEST(SamplerSummary, HostSummaryOrdersByLogitThenId) {
