@@ -8,8 +8,9 @@
 //   with --depth D (tgN@dD, tgN-bB@dD): the decode tests start from prompts of D tokens (the
 //            context long decode runs at, as llama-bench's -d); only decoding is timed: from the
 //            moment every sequence has its first token to the last, tokens/s = B * (N - 1) / time.
-// Prompts are random token ids from a fixed seed (no tokenizer needed); sampling is greedy with
-// end-of-sequence ignored. Each test has one untimed warm-up run (same shape, decode capped at 16
+// Prompts are random token ids from a fixed seed (no tokenizer needed); sampling is greedy (or
+// --temperature / --top-p / --top-k / --min-p, seeded by --seed: what a decode step's draws cost
+// where the logits summary cannot decide them) with end-of-sequence ignored. Each test has one untimed warm-up run (same shape, decode capped at 16
 // tokens), then R timed repetitions of Generator::generate() (forward passes + sampling); figures
 // are mean ± sample standard deviation. Peak RSS is the process's (getrusage ru_maxrss).
 #include <sys/resource.h>
@@ -59,6 +60,7 @@ struct BenchFlags {
   std::string trace;
   std::string seed = "1234";
   std::string depth = "0";
+  std::string temperature = "0", top_p = "1", top_k = "0", min_p = "0";
   std::string cpu_kernels;  // "" = the plan's
   std::string device = "cpu";
   bool no_cuda_graphs = false;
@@ -80,6 +82,7 @@ struct BenchConfig {
   std::vector<int> pps;  // prompt lengths of the pp tests (llama-bench's -p 512,2048)
   std::vector<int> batches;
   uint64_t seed = 1234;
+  llmrt::SamplingParams sampling;  // temperature 0: greedy
 };
 
 struct TestSpec {
@@ -191,7 +194,7 @@ class Bench {
       for (int32_t& tok : r.prompt) tok = id(rng_);
       r.max_tokens = t.kind == "pp" ? 1 : std::min(t.tokens, max_decode);
       r.ignore_eos = true;
-      r.sampling.temperature = 0.0f;
+      r.sampling = c_.sampling;
     }
     return reqs;
   }
@@ -247,8 +250,34 @@ class Bench {
   std::mt19937_64 rng_;
 };
 
+// "greedy", or the sampling settings that differ from the defaults.
+std::string sampling_name(const llmrt::SamplingParams& p) {
+  if (p.temperature == 0.0f) return "greedy";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "temperature %g", p.temperature);
+  std::string s = buf;
+  if (p.top_p < 1.0f) std::snprintf(buf, sizeof buf, ", top_p %g", p.top_p), s += buf;
+  if (p.top_k > 0) s += ", top_k " + std::to_string(p.top_k);
+  if (p.min_p > 0.0f) std::snprintf(buf, sizeof buf, ", min_p %g", p.min_p), s += buf;
+  return s;
+}
+
+StatusOr<float> parse_float(const std::string& flag, const std::string& text) {
+  char* stop = nullptr;
+  errno = 0;
+  const float v = std::strtof(text.c_str(), &stop);
+  if (text.empty() || *stop != '\0' || errno != 0)
+    return llmrt::invalid_argument(flag + ": '" + text + "' is not a number");
+  return v;
+}
+
 StatusOr<BenchConfig> parse_flags(const BenchFlags& f) {
   BenchConfig c;
+  ASSIGN_OR_RETURN(c.sampling.temperature, parse_float("--temperature", f.temperature));
+  ASSIGN_OR_RETURN(c.sampling.top_p, parse_float("--top-p", f.top_p));
+  ASSIGN_OR_RETURN(c.sampling.min_p, parse_float("--min-p", f.min_p));
+  ASSIGN_OR_RETURN(int64_t top_k, parse_int("--top-k", f.top_k, 0, INT32_MAX));
+  c.sampling.top_k = static_cast<int32_t>(top_k);
   ASSIGN_OR_RETURN(int64_t threads, parse_int("--threads", f.threads, 0, 1024));
   ASSIGN_OR_RETURN(int64_t reps, parse_int("--repetitions", f.repetitions, 1, 1000));
   ASSIGN_OR_RETURN(int64_t tg, parse_int("--tg", f.tg, 0, 1 << 24));
@@ -261,6 +290,8 @@ StatusOr<BenchConfig> parse_flags(const BenchFlags& f) {
   c.repetitions = static_cast<int>(reps);
   c.tg = static_cast<int>(tg);
   c.seed = static_cast<uint64_t>(seed);
+  c.sampling.seed = c.seed;
+  if (Status st = llmrt::validate_sampling_params(c.sampling, INT32_MAX); !st.ok()) return st;
   if (c.pps.empty() && c.tg == 0) return llmrt::invalid_argument("nothing to measure: --pp and --tg are both 0");
   if (c.depth > 0 && c.tg > 0 && c.tg < 2)
     return llmrt::invalid_argument("--depth times decoding after the first token: --tg must be at least 2");
@@ -370,10 +401,11 @@ int run_bench(const BenchFlags& f) {
   const bool with_base = baseline.has_value();
   if (text) {
     std::printf("llmrt bench: %s%s, device %s, threads %d, ISA %s, kernels %s, %d repetition%s, steps of up to %d "
-                "tokens\n",
+                "tokens, sampling %s\n",
                 plan_name.c_str(), model.empty() ? "" : (" (" + model + ")").c_str(),
                 gen.executor().device_name().c_str(), threads, isa,
-                gen.executor().cpu_kernels(), c.repetitions, c.repetitions == 1 ? "" : "s", budget);
+                gen.executor().cpu_kernels(), c.repetitions, c.repetitions == 1 ? "" : "s", budget,
+                sampling_name(c.sampling).c_str());
     std::printf("| %-14s | %7s | %5s | %20s |%s\n", "test", "tokens", "batch", "t/s",
                 with_base ? " vs baseline |" : "");
     std::printf("|%s|%s|%s|%s|%s\n", std::string(16, '-').c_str(), std::string(9, '-').c_str(),
@@ -423,6 +455,8 @@ int run_bench(const BenchFlags& f) {
   j["repetitions"] = c.repetitions;
   j["seed"] = c.seed;
   j["step_tokens"] = budget;
+  j["sampling"] = {{"temperature", c.sampling.temperature}, {"top_p", c.sampling.top_p},
+                   {"top_k", c.sampling.top_k}, {"min_p", c.sampling.min_p}};
   j["tests"] = nlohmann::ordered_json::array();
   for (const TestResult& r : results) {
     nlohmann::ordered_json e;
@@ -494,6 +528,10 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", f.profile, "print a per-op and per-kernel time table per test to stderr");
   cmd->add_option("--trace", f.trace, "write a Chrome trace event file of the timed runs (Perfetto)");
   cmd->add_option("--seed", f.seed, "seed of the random prompt token ids")->capture_default_str();
+  cmd->add_option("--temperature", f.temperature, "sample every token at this temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-p", f.top_p, "with --temperature: nucleus sampling (1: off)")->capture_default_str();
+  cmd->add_option("--top-k", f.top_k, "with --temperature: keep the k most probable tokens (0: off)")->capture_default_str();
+  cmd->add_option("--min-p", f.min_p, "with --temperature: drop tokens below min_p x the largest probability (0: off)")->capture_default_str();
   cmd->add_option("--depth", f.depth,
                   "decode tests start from prompts of this many tokens; only decoding is timed (0: one-token prompts)")
       ->capture_default_str();

@@ -102,6 +102,23 @@ def test_json_on_stdout_and_skipping_tests(llmrt, tiny_plan):
     assert "change_pct" not in j["tests"][0] and "baseline" not in j
 
 
+def test_sampled_decode(llmrt, tiny_plan):
+    """--temperature/--top-p/--top-k/--min-p: the decode tests draw every token with those settings
+    (seeded by --seed), named in the header and the JSON; greedy by default."""
+    proc = bench(llmrt, tiny_plan, "--pp", 0, "--tg", 4, "--batch", 2, "-r", 1, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+    args = ("--pp", 0, "--tg", 4, "--batch", 2, "-r", 1, "--temperature", 0.75, "--top-p", 0.5, "--top-k", 7,
+            "--min-p", 0.125)
+    proc = bench(llmrt, tiny_plan, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "sampling temperature 0.75, top_p 0.5, top_k 7, min_p 0.125" in proc.stdout.splitlines()[0], proc.stdout
+    assert list(table_rows(proc.stdout)) == ["tg4", "tg4-b2"]
+    j = json.loads(bench(llmrt, tiny_plan, *args, "--json").stdout)
+    assert j["sampling"] == {"temperature": 0.75, "top_p": 0.5, "top_k": 7, "min_p": 0.125}
+    assert "greedy" in bench(llmrt, tiny_plan, "--pp", 0, "--tg", 2, "--batch", 0, "-r", 1).stdout.splitlines()[0]
+
+
 def test_baseline_changes(llmrt, tiny_plan, tmp_path):
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"tests": [{"name": "pp8", "tokens_per_s": 100.0},
@@ -144,6 +161,11 @@ def test_baseline_changes(llmrt, tiny_plan, tmp_path):
     (["--pp", "100000"], "context"),
     (["--tg", "100000"], "context"),
     (["--batch", "100000"], "--batch"),
+    (["--temperature", "-1"], "temperature"),
+    (["--temperature", "hot"], "--temperature"),
+    (["--top-p", "0"], "top_p"),
+    (["--top-k", "-3"], "--top-k"),
+    (["--min-p", "1.5"], "min_p"),
 ])
 def test_bad_flags(llmrt, tiny_plan, args, needle):
     clean_error(bench(llmrt, tiny_plan, "--tg", 2, "--pp", 4, *args), needle)

@@ -26,6 +26,8 @@
 #   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
+#   sampling   int4-g128 decode at batch 1 and 32 sampled at temperature 1, and 0.6 with top-p 0.9
+#              (rows copied back and drawn on the host: the summary cannot decide those draws)
 #   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
 #   prefill    prefill without tensor cores, with per-row attention, bf16 and int4 without cuBLASLt
 #   depth      batch-1 decode after a 3968-token prompt (flash-decoding)
@@ -265,6 +267,16 @@ if stage graphs 50; then
       --pp 0 --tg 64 --batch 0 -r 2 --no-cuda-graphs
     bench_case "$plan, batch-1 and batch-32 decode, each kernel after the previous one ends (--no-programmatic-launch):" \
       "$plan" 100 --pp 0 --tg 64 --batch 32 -r 2 --no-programmatic-launch
+  done
+fi
+
+if stage sampling 40; then
+  # Draws the logits summary cannot decide (temperature alone, top-p) copy their row back and
+  # sample on the host: what that costs a decode step next to the greedy figures of the bench stage.
+  for sampling in "--temperature 1" "--temperature 0.6 --top-p 0.9"; do
+    # shellcheck disable=SC2086  # the settings are separate flags
+    bench_case "llama3_8b_int4_g128, batch-1 and batch-32 decode sampled ($sampling; bench stage: greedy):" \
+      llama3_8b_int4_g128 60 --pp 0 --tg 32 --batch 32 -r 1 $sampling
   done
 fi
 
