@@ -235,6 +235,11 @@ inline constexpr int kTiledAttentionMinRows = 33;
 inline constexpr int64_t kMaxLogitsSummaryVocab = 524288;
 llmrt::StatusOr<KernelSpec> emitLogitsSummaryKernel(int64_t vocab);
 
+/// The sampler's draws from rows of `vocab` logits (runtime/sampler/sampler.h, DeviceDraw):
+/// (const float *logits, const unsigned char *summaries, const unsigned char *draws,
+///  int *tokens, int n), a block per draw; needs the rows' summaries (their max).
+llmrt::StatusOr<KernelSpec> emitSamplingKernel(int64_t vocab);
+
 /// A dense GEMM library's input (cuBLASLt multiplies operands of one type): rows of `width` f32
 /// activations written as bf16 bit patterns, rounded to nearest even:
 /// (const float *x, unsigned short *y, int T).

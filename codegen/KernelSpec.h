@@ -40,6 +40,8 @@
 //                  (KernelFamilies.h)
 //   linear, logits (const float *x, const unsigned char *w, const float *bias,
 //                  const int *rows, float *y, int T)  (KernelFamilies.h)
+//   sample        (const float *logits, const unsigned char *summaries,
+//                  const unsigned char *draws, int *tokens, int n)  (KernelFamilies.h)
 //   silu_mul      two operands: (const float *gate, const float *up,
 //                                float *out, int T)
 //                 fused:        (const float *gate_up, float *out, int T)

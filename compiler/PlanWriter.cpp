@@ -357,7 +357,7 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
   auto vals = fbb.CreateVector(values);
   auto stps = fbb.CreateVector(steps);
   // GPU plans reduce each logits row on the device for the sampler (runtime/sampler/logits_summary.h).
-  int summaryKernel = -1;
+  int summaryKernel = -1, samplingKernel = -1;
   // Longer rows than the kernel takes (no model's vocabulary so far) are copied whole instead.
   if (!opts.targets.empty() && outputWidth <= kMaxLogitsSummaryVocab) {
     if (ShapedType::isDynamic(outputWidth))
@@ -366,8 +366,14 @@ llmrt::Status Lowering::lowerForward(func::FuncOp fn,
     if (!summary.ok())
       return error(fn, "logits summary kernel: " + summary.status().message());
     ASSIGN_OR_RETURN(summaryKernel, addKernel(*summary));
+    // The sampler's draws (temperature, top-k/top-p/min-p) on the device, from the summaries' max.
+    llmrt::StatusOr<KernelSpec> sampling = emitSamplingKernel(outputWidth);
+    if (!sampling.ok())
+      return error(fn, "sampling kernel: " + sampling.status().message());
+    ASSIGN_OR_RETURN(samplingKernel, addKernel(*sampling));
   }
-  program = fb::CreateProgram(fbb, fnName, vals, stps, tokensId, positionsId, outputId, summaryKernel);
+  program = fb::CreateProgram(fbb, fnName, vals, stps, tokensId, positionsId, outputId, summaryKernel,
+                              samplingKernel);
   return llmrt::ok_status();
 }
 

@@ -72,6 +72,7 @@ struct BenchFlags {
   bool no_rope_in_attention = false;
   bool no_silu_in_gemv = false;
   bool no_norm_in_gemv = false;
+  bool no_device_sampling = false;
   std::string isa;          // "" = the best this CPU has
   bool pin_threads = false;
 };
@@ -375,6 +376,7 @@ int run_bench(const BenchFlags& f) {
   gopts.rope_in_attention = !f.no_rope_in_attention;
   gopts.silu_in_gemv = !f.no_silu_in_gemv;
   gopts.norm_in_gemv = !f.no_norm_in_gemv;
+  gopts.device_sampling = !f.no_device_sampling;
   gopts.executor.threads = c.threads;
   gopts.executor.pin_threads = f.pin_threads;
   gopts.executor.cpu_kernels = f.cpu_kernels;
@@ -514,6 +516,7 @@ Subcommand add_bench_command(CLI::App& app) {
   cmd->add_flag("--no-fused-quantize", f.no_fused_quantize, "on cuda: an int8-activation GEMV quantizes its input in its own quantize_q8 kernel even where the step before it can write those rows (plan Step.quantized_output), to compare");
   cmd->add_flag("--no-rope-in-attention", f.no_rope_in_attention, "on cuda: decode steps launch each layer's rope_kv_store kernel and then its attention kernel, where the plan has the attention kernel doing both (plan Step.rope_kernel), to compare");
   cmd->add_flag("--no-silu-in-gemv", f.no_silu_in_gemv, "on cuda: decode steps launch the gate|up GEMV and then the silu_mul kernel, where the plan has the GEMV doing both (plan Step.silu_kernel), to compare");
+  cmd->add_flag("--no-device-sampling", f.no_device_sampling, "on cuda: draws at a temperature copy their logits row back and sample on the host, where the plan has a sampling kernel (plan Program.sampling_kernel), to compare");
   cmd->add_flag("--no-norm-in-gemv", f.no_norm_in_gemv, "on cuda: batch-1 decode steps launch a GEMV and then the add_rms_norm kernel, where the plan has the GEMV's last block doing the add_rms_norm (plan Step.norm_kernel), to compare");
   cmd->add_flag("--no-tensor-core-linear", f.no_tensor_core_linear, "on cuda: linear and logits steps run their CUDA-core GEMV at every row count (no tensor-core kernel or GEMM library)");
   cmd->add_flag("--no-programmatic-launch", f.no_programmatic_launch, "on cuda (compute capability 9.0+): launch each kernel after the previous one ends, not overlapped with it (programmatic dependent launch), to compare");

@@ -157,6 +157,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   rope_in_attention_ = opt.rope_in_attention;
   silu_in_gemv_ = opt.silu_in_gemv;
   norm_in_gemv_ = opt.norm_in_gemv;
+  device_sampling_ = opt.device_sampling;
 
   // 2. The device, and the image each kernel loads on it.
   RETURN_IF_ERROR(driver_->use_device(opt.device));
@@ -251,6 +252,10 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   RETURN_IF_ERROR(allocate(S * static_cast<uint64_t>(table_stride_) * 4, &tables_));
   RETURN_IF_ERROR(allocate(T * 4, &logit_rows_));
   RETURN_IF_ERROR(allocate(T * sizeof(LogitsSummary), &summaries_));
+  if (plan.program("forward")->sampling_kernel() >= 0 && device_sampling_) {
+    RETURN_IF_ERROR(allocate(kMaxDraws * sizeof(DeviceDraw), &draws_));
+    RETURN_IF_ERROR(allocate(kMaxDraws * 8, &drawn_));
+  }
   if (const uint64_t work = kernel_workspace_bytes(p); work > 0) {  // zero-filled once; kernels keep it so
     RETURN_IF_ERROR(allocate(work, &work_));
     const std::vector<uint8_t> zeros(std::min<uint64_t>(work, uint64_t{1} << 20), 0);
@@ -309,6 +314,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
     if (st.norm.kernel >= 0) all.push_back(&st.norm);
   }
   if (summary_.kernel >= 0) all.push_back(&summary_);
+  if (sampling_.kernel >= 0) all.push_back(&sampling_);
   for (Launch* l : all) {
     const int k = l->kernel;
     if (!functions[static_cast<size_t>(k)]) {
@@ -360,6 +366,8 @@ Status CudaExecutor::decode(const Plan& plan) {
   // The logits summary kernel (the plan reader checked its index and family); none in plans
   // from before it: summaries are then made on the host from the whole rows.
   if (prog->logits_summary_kernel() >= 0) RETURN_IF_ERROR(launch(prog->logits_summary_kernel(), &summary_));
+  // The sampling kernel (it reads the summaries: the plan reader checked both are there).
+  if (prog->sampling_kernel() >= 0 && device_sampling_) RETURN_IF_ERROR(launch(prog->sampling_kernel(), &sampling_));
   steps_.resize(static_cast<size_t>(num_steps));
   for (int i = 0; i < num_steps; ++i) {
     const fb::Step& s = *prog->steps()->Get(i);
@@ -692,6 +700,33 @@ Status CudaExecutor::fetch_logits(int L, float* logits, LogitsSummary* summaries
   RETURN_IF_ERROR(closing());
   RETURN_IF_ERROR(driver_->copy_to_host(summaries, summaries_, static_cast<uint64_t>(L) * sizeof(LogitsSummary)));
   summarized_rows_ = L;
+  return ok_status();
+}
+
+Status CudaExecutor::sample_on_device(std::span<const DeviceDraw> draws, int32_t* tokens, float* logits) {
+  if (sampling_.kernel < 0) return Executor::sample_on_device(draws, tokens, logits);
+  for (const DeviceDraw& d : draws)
+    if (d.row < 0 || d.row >= summarized_rows_)
+      return invalid_argument("sample_on_device: row " + std::to_string(d.row) + " outside the last step's " +
+                              std::to_string(summarized_rows_) + " summarized rows");
+  // (logits, summaries, draws, tokens, n): the kernel's records are DeviceDraw's bytes.
+  for (size_t at = 0; at < draws.size(); at += kMaxDraws) {
+    const int n = static_cast<int>(std::min<size_t>(kMaxDraws, draws.size() - at));
+    RETURN_IF_ERROR(driver_->copy_to_device(draws_, draws.data() + at, static_cast<uint64_t>(n) * sizeof(DeviceDraw)));
+    args_.assign({logits_, summaries_, draws_, drawn_, 0});
+    std::memcpy(&args_.back(), &n, sizeof(n));
+    params_.resize(args_.size());
+    for (size_t i = 0; i < args_.size(); ++i) params_[i] = &args_[i];
+    RETURN_IF_ERROR(driver_->launch(sampling_.fn, static_cast<unsigned>(std::min<int64_t>(n, max_grid_)),
+                                    sampling_.block, sampling_.shared, params_.data())
+                        .with_context("the sampling kernel"));
+    drawn_host_.resize(2 * static_cast<size_t>(n));
+    RETURN_IF_ERROR(driver_->copy_to_host(drawn_host_.data(), drawn_, static_cast<uint64_t>(n) * 8));
+    for (int i = 0; i < n; ++i) {
+      tokens[at + static_cast<size_t>(i)] = drawn_host_[2 * static_cast<size_t>(i)];
+      std::memcpy(&logits[at + static_cast<size_t>(i)], &drawn_host_[2 * static_cast<size_t>(i) + 1], 4);
+    }
+  }
   return ok_status();
 }
 

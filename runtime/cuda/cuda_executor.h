@@ -77,6 +77,9 @@ struct CudaExecutorOptions {
                                      // too (plan Step.silu_kernel: the quantized gate|up GEMV),
                                      // run by its GEMV (not the tensor cores or the library),
                                      // launches that kernel in place of both; false: both
+  bool device_sampling = true;       // draws at a temperature (no penalties, bias or processors)
+                                     // run the plan's sampling kernel (plan Program.sampling_kernel);
+                                     // false: their rows are copied back and drawn on the host
   bool norm_in_gemv = true;          // a linear step whose plan kernel does the add_rms_norm
                                      // after it too (plan Step.norm_kernel), run by its GEMV at
                                      // one row (batch-1 decode), launches that kernel in place of
@@ -108,6 +111,10 @@ class CudaExecutor : public Executor {
   Status read_logits(int first, int count, float* out) override;
   /// Whether logits rows are summarized on the device.
   bool summarizes_on_device() const { return summary_.kernel >= 0; }
+  /// The plan's sampling kernel over the last forward_summary()'s rows (summarized on the
+  /// device), unless options.device_sampling is off.
+  bool samples_on_device() const override { return sampling_.kernel >= 0 && summarized_rows_ > 0; }
+  Status sample_on_device(std::span<const DeviceDraw> draws, int32_t* tokens, float* logits) override;
   /// Copies KV block src to dst in every layer.
   Status copy_kv_block(int32_t src, int32_t dst) override;
 
@@ -206,6 +213,9 @@ class CudaExecutor : public Executor {
     GridRule rule;
   };
   Launch summary_;  // the logits summary kernel (kernel -1: none in the plan)
+  Launch sampling_;  // the sampling kernel (kernel -1: none in the plan, or options.device_sampling off)
+  static constexpr int kMaxDraws = 256;  // draws per sampling launch (more: several launches)
+  std::vector<int32_t> drawn_host_;      // a launch's (token, logit bits) pairs
   int summarized_rows_ = 0;  // logits rows of the last forward_summary() on the device
   std::vector<uint64_t> value_offset_;  // per value: byte offset in the arena; UINT64_MAX = not there
   int token_input_ = -1, position_input_ = -1, output_ = -1;
@@ -218,7 +228,7 @@ class CudaExecutor : public Executor {
   std::vector<DevicePtr> allocations_;
   DevicePtr weights_ = 0, arena_ = 0, kv_ = 0, logits_ = 0;
   DevicePtr tokens_ = 0, positions_ = 0, slots_ = 0, query_start_ = 0, tables_ = 0, logit_rows_ = 0;
-  DevicePtr perms_ = 0, summaries_ = 0, work_ = 0;
+  DevicePtr perms_ = 0, summaries_ = 0, work_ = 0, draws_ = 0, drawn_ = 0;
   bool kv_i8_ = false;  // int8 codes plus f32 scales per row
   uint64_t kv_layer_bytes_ = 0, kv_half_bytes_ = 0, kv_codes_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
   std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_
@@ -230,6 +240,7 @@ class CudaExecutor : public Executor {
   bool rope_in_attention_ = true;
   bool silu_in_gemv_ = true;
   bool norm_in_gemv_ = true;
+  bool device_sampling_ = true;
   uint64_t quant_input_bytes_ = 0;  // quant_input_'s size
   /// Whether linear step steps_[i] at `rows` rows launches its silu kernel (the silu_mul step
   /// after it inside), and where in quant_input_ that kernel writes the silu_mul's int8 rows

@@ -13,6 +13,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/sampler/logits_summary.h"
+#include "runtime/sampler/sampler.h"
 
 namespace llmrt {
 
@@ -48,6 +49,14 @@ class Executor {
   virtual Status forward_summary(const BatchInput& batch, LogitsSummary* summaries);
   /// Copies logits rows [first, first + count) of the last forward_summary() to out [count, vocab].
   virtual Status read_logits(int first, int count, float* out);
+  /// Whether sample_on_device can draw from the last forward_summary()'s rows (a GPU plan with
+  /// the sampling kernel).
+  virtual bool samples_on_device() const { return false; }
+  /// Draws tokens[i] for draws[i] (its row: an index into the last forward_summary()'s rows) on
+  /// the device, Sampler::sample's token for that row and those settings, and logits[i] that
+  /// token's logit; token -1 where the row has nothing to draw (the host sampler names why).
+  /// Backends without it: unimplemented.
+  virtual Status sample_on_device(std::span<const DeviceDraw> draws, int32_t* tokens, float* logits);
   /// Copies physical KV block src to dst in every layer (copy-on-write after a fork).
   virtual Status copy_kv_block(int32_t src, int32_t dst) = 0;
   /// Per-step profiling (nullptr detaches); backends without it ignore the call.
@@ -72,5 +81,12 @@ class Executor {
   std::vector<float> host_logits_;  // the default forward_summary's rows
   int host_rows_ = 0;
 };
+
+/// The draw of `ctx` from row `row` of the last forward_summary() on the executor's device, where
+/// it samples there and the draw is one its kernel makes (Sampler::device_draw): the token and its
+/// raw logprob (from the row's summary, as Sampler::sample with it gives); nullopt otherwise, or
+/// where the row has nothing to draw (Sampler::sample says why).
+StatusOr<std::optional<SampleResult>> draw_on_device(Executor& executor, const SamplingContext& ctx, int32_t row,
+                                                     const LogitsSummary& summary);
 
 }  // namespace llmrt

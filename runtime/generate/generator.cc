@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const G
   eo.cuda.rope_in_attention = options.rope_in_attention;
   eo.cuda.silu_in_gemv = options.silu_in_gemv;
   eo.cuda.norm_in_gemv = options.norm_in_gemv;
+  eo.cuda.device_sampling = options.device_sampling;
   eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
   eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;
   eo.cuda.num_kv_blocks = options.executor.num_kv_blocks;
@@ -217,6 +218,9 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       ctx.prompt_tokens = r.prompt;
       ctx.output_tokens = o.tokens;
       ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler.sample_from_summary(ctx, summaries[li]));
+      if (!quick && !whole) {
+        ASSIGN_OR_RETURN(quick, draw_on_device(ex, ctx, static_cast<int32_t>(li), summaries[li]));
+      }
       if (!quick) {
         RETURN_IF_ERROR(read_row());
         ASSIGN_OR_RETURN(quick, sampler.sample(ctx, row, {}, &summaries[li]));

@@ -49,6 +49,7 @@ struct GeneratorOptions {
   bool fused_quantize = true;       // --no-fused-quantize: int8 GEMVs quantize their input themselves
   bool rope_in_attention = true;    // --no-rope-in-attention: decode launches rope_kv_store apart
   bool silu_in_gemv = true;         // --no-silu-in-gemv: decode launches silu_mul apart
+  bool device_sampling = true;      // --no-device-sampling: draws the summary cannot decide go to the host
   bool norm_in_gemv = true;         // --no-norm-in-gemv: batch-1 decode launches add_rms_norm apart
   std::vector<int32_t> eos_ids;     // stop tokens; empty: the plan's generation defaults
 };

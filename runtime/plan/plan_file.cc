@@ -118,6 +118,17 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
         return invalid_argument("program '" + pname + "': its logits summary kernel is of family '" +
                                 (kernel->family() ? kernel->family()->str() : std::string()) + "'");
     }
+    if (const int k = prog->sampling_kernel(); k != -1) {
+      if (k < 0 || k >= num_kernels)
+        return invalid_argument("program '" + pname + "': sampling kernel index out of range");
+      const fb::Kernel* kernel = kernels->Get(static_cast<flatbuffers::uoffset_t>(k));
+      if (!kernel->family() || kernel->family()->str() != "sample")
+        return invalid_argument("program '" + pname + "': its sampling kernel is of family '" +
+                                (kernel->family() ? kernel->family()->str() : std::string()) + "'");
+      if (prog->logits_summary_kernel() == -1)
+        return invalid_argument("program '" + pname + "': a sampling kernel without the logits summary kernel "
+                                "(it reads the rows' summaries)");
+    }
     int index = 0;
     const fb::Step* prev_step = nullptr;
     std::vector<int> rope_q;  // the q values of steps with a rope_kernel: read by them only

@@ -170,7 +170,8 @@ std::string inspect_plan(const Plan& plan, bool as_json, std::optional<uint64_t>
                     {"steps_with_rope_kernel", with_rope},
                     {"steps_with_silu_kernel", with_silu},
                     {"steps_with_norm_kernel", with_norm},
-                    {"logits_summary_on_gpu", prog->logits_summary_kernel() >= 0}, {"ops", ops}};
+                    {"logits_summary_on_gpu", prog->logits_summary_kernel() >= 0},
+                    {"sampling_on_gpu", prog->sampling_kernel() >= 0}, {"ops", ops}};
   }
   if (const fb::KvSpec* kv = p.kv())
     j["kv_cache"] = {{"num_layers", kv->num_layers()}, {"num_kv_heads", kv->num_kv_heads()},

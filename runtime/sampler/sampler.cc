@@ -14,9 +14,15 @@ namespace {
 bool finite(float x) { return std::isfinite(x); }
 
 // The unnormalized probability of logit w at temperature 1 / inv_t: the one expression both
-// sample() and sample_from_summary() use, so their draws agree bit for bit (the runtime builds
-// without FP contraction).
-float unnormalized(float w, float inv_t, float mx_scaled) { return std::exp(w * inv_t - mx_scaled); }
+// sample() and sample_from_summary() use (and the GPU's sampling kernel), so their draws agree
+// bit for bit (the runtime builds without FP contraction).
+float unnormalized(float w, float inv_t, float mx_scaled) { return sampling_exp(w * inv_t - mx_scaled); }
+
+// sampling_exp is within 1.22 units in the last place of exp, and not exactly monotone: over every
+// float of (-87, 0] it steps down 2861 times as x grows, by at most 7.7e-8 of its value (checked
+// exhaustively, 2026-12-06). So a token left out of a summary may have a probability this much
+// above the last summarized one's, no more.
+constexpr float kExpSlack = 1.0f + 0x1p-16f;
 
 // Probability desc, then id asc: the fixed candidate order.
 bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
@@ -25,6 +31,8 @@ bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
 }
 
 }  // namespace
+
+uint64_t sampling_mass(float e) { return static_cast<uint64_t>(static_cast<double>(e) * 0x1p40); }
 
 uint64_t sampling_random_bits(uint64_t seed, uint64_t request_id, uint64_t step) {
   return mix64(mix64(mix64(seed) ^ request_id) ^ step);
@@ -57,7 +65,7 @@ Status validate_sampling_params(const SamplingParams& p, int32_t vocab_size) {
 }
 
 Sampler::Sampler(int32_t vocab_size)
-    : vocab_size_(vocab_size), work_(vocab_size), counts_(vocab_size, 0), seen_(vocab_size, 0) {
+    : vocab_size_(vocab_size), work_(vocab_size), probs_(vocab_size), counts_(vocab_size, 0), seen_(vocab_size, 0) {
   cand_.reserve(vocab_size);
 }
 
@@ -137,14 +145,36 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
   const float mx_scaled = mx * inv_t;
   cand_.clear();
   float pmax = 0.0f;
+  // Every probability first (a loop the compiler vectorizes: sampling_exp is branch-free; NaN
+  // and -inf give 0), then the candidates: a mass (p >= 2^-40).
+  float* prob = probs_.data();
+  for (int32_t i = 0; i < vocab_size_; ++i) prob[i] = unnormalized(w[i], inv_t, mx_scaled);
   for (int32_t i = 0; i < vocab_size_; ++i) {
     if (std::isnan(w[i]) || w[i] == -INFINITY) continue;
-    const float e = unnormalized(w[i], inv_t, mx_scaled);
-    if (e > 0.0f) cand_.emplace_back(e, i);
-    pmax = std::max(pmax, e);
+    if (prob[i] >= 0x1p-40f) cand_.emplace_back(prob[i], i);
+    pmax = std::max(pmax, prob[i]);
   }
+  if (cand_.empty())  // an infinite logit: every other probability is 0 beside it, its own NaN
+    return failed_precondition("no token has a probability to draw (an infinite logit?)");
   const int32_t token = draw(ctx, pmax);
   return SampleResult{token, raw_logprob(token)};
+}
+
+std::optional<DeviceDraw> Sampler::device_draw(const SamplingContext& ctx, int32_t row) {
+  if (!ctx.params) return std::nullopt;
+  const SamplingParams& p = *ctx.params;
+  if (!(p.temperature > 0.0f) || !std::isfinite(p.temperature) || p.repetition_penalty != 1.0f ||
+      p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f || !p.logit_bias.empty() || !(p.top_p > 0.0f) ||
+      !(p.top_p <= 1.0f) || !(p.min_p >= 0.0f && p.min_p <= 1.0f) || p.top_k < 0)
+    return std::nullopt;
+  DeviceDraw d;
+  d.row = row;
+  d.inv_t = 1.0f / p.temperature;
+  d.top_p = p.top_p;
+  d.min_p = p.min_p;
+  d.top_k = p.top_k;
+  d.u53 = sampling_random_bits(p.seed, ctx.request_id, ctx.step) >> 11;
+  return d;
 }
 
 int32_t Sampler::draw(const SamplingContext& ctx, float pmax) {
@@ -156,9 +186,9 @@ int32_t Sampler::draw(const SamplingContext& ctx, float pmax) {
                                [&](const auto& c) { return c.first < thr; }),
                 cand_.end());
   }
-  // 6. top-k, 7. top-p: both need the fixed (prob desc, id asc) order, top-p only of the smallest
-  // prefix that reaches its mass: sorted a chunk at a time (a selection of the next chunk's
-  // entries, then their sort), not the whole vocabulary (a 128K-entry sort took 12 ms).
+  // 6. top-k, 7. top-p: the (prob desc, id asc) order's first candidates, top-p only of the
+  // smallest prefix that reaches its mass: sorted a chunk at a time (a selection of the next
+  // chunk's entries, then their sort), never the whole vocabulary (a 128K-entry sort took 12 ms).
   size_t sorted = 0;  // cand_[0, sorted) is the sorted order's prefix
   auto sort_to = [&](size_t end) {
     end = std::min(end, cand_.size());
@@ -172,57 +202,56 @@ int32_t Sampler::draw(const SamplingContext& ctx, float pmax) {
     }
     sorted = end;
   };
-  const bool top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < cand_.size();
-  if (top_k) {
+  bool cut = false;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < cand_.size()) {
     sort_to(static_cast<size_t>(p.top_k));
     cand_.resize(static_cast<size_t>(p.top_k));
-  } else if (p.top_k > 0 && p.top_p == 1.0f) {
-    sort_to(cand_.size());  // every candidate kept, walked in that order
+    cut = true;
   }
   if (p.top_p < 1.0f) {
-    // The mass to reach: top_p x the candidates' total, summed in the order they are in (sorted
-    // after top-k, else id order).
-    double total = 0.0;
-    for (const auto& c : cand_) total += c.first;
-    const double target = static_cast<double>(p.top_p) * total;
+    uint64_t total = 0;  // exact: any order
+    for (const auto& c : cand_) total += sampling_mass(c.first);
+    const double target = static_cast<double>(p.top_p) * static_cast<double>(total);
     if (sorted == 0 && cand_.size() > 4 * kMassBins) {
       // Where the prefix ends, roughly: the candidates' masses per bin of a probability's top
       // 12 bits (exponent and 4 mantissa bits; larger bits, larger probability), walked from the
-      // top bin to the one that reaches the target: those bins' candidates are sorted at once
-      // (the exact walk below sorts more if rounding left it short).
+      // top bin to the one that reaches the target. Those bins' candidates are the largest ones:
+      // to the front in one pass, then sorted (the exact walk below sorts more if rounding left
+      // it short).
       bin_mass_.assign(kMassBins, 0.0);
       for (const auto& c : cand_) bin_mass_[std::bit_cast<uint32_t>(c.first) >> 19] += c.first;  // (positive: < 4096)
       double mass = 0.0;
       size_t low = kMassBins;  // the lowest bin taken
-      while (low > 0 && mass < target) mass += bin_mass_[--low];
-      // Those bins' candidates are the largest ones (a bin's are all above a lower bin's): to
-      // the front in one pass, then sorted.
+      while (low > 0 && mass * 0x1p40 < target) mass += bin_mass_[--low];
       const auto end = std::partition(cand_.begin(), cand_.end(), [&](const auto& c) {
         return (std::bit_cast<uint32_t>(c.first) >> 19) >= low;
       });
       std::sort(cand_.begin(), end, before);
       sorted = static_cast<size_t>(end - cand_.begin());
     }
-    double cum = 0.0;
+    uint64_t cum = 0;
     size_t keep = 0;
     while (keep < cand_.size()) {
       if (keep == sorted) sort_to(std::max<size_t>(64, 2 * sorted));
-      cum += cand_[keep].first;
+      cum += sampling_mass(cand_[keep].first);
       ++keep;
-      if (cum >= target) break;
+      if (static_cast<double>(cum) >= target) break;
     }
     cand_.resize(std::max<size_t>(keep, 1));
+    cut = true;
   }
-  // 8. draw
-  double total = 0.0;
-  for (const auto& c : cand_) total += c.first;
-  const double u = sampling_uniform(p.seed, ctx.request_id, ctx.step) * total;
-  double cum = 0.0;
+  if (cut) std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  // 8. draw, in id order: the first candidate whose cumulative mass exceeds u x the total.
+  uint64_t total = 0;
+  for (const auto& c : cand_) total += sampling_mass(c.first);
+  const uint64_t u53 = sampling_random_bits(p.seed, ctx.request_id, ctx.step) >> 11;
+  const uint64_t r = static_cast<uint64_t>((static_cast<unsigned __int128>(u53) * total) >> 53);
+  uint64_t cum = 0;
   for (const auto& c : cand_) {
-    cum += c.first;
-    if (cum > u) return c.second;
+    cum += sampling_mass(c.first);
+    if (cum > r) return c.second;
   }
-  return cand_.back().second;
+  return cand_.back().second;  // (not reached: r < total)
 }
 
 StatusOr<std::optional<SampleResult>> Sampler::sample_from_summary(const SamplingContext& ctx,
@@ -255,12 +284,13 @@ StatusOr<std::optional<SampleResult>> Sampler::sample_from_summary(const Samplin
   for (int i = 0; i < s.count; ++i) {
     if (s.logits[i] == -INFINITY) continue;
     const float e = unnormalized(s.logits[i], inv_t, mx_scaled);
-    if (e > 0.0f) cand_.emplace_back(e, s.ids[i]);
+    if (sampling_mass(e) > 0) cand_.emplace_back(e, s.ids[i]);
     pmax = std::max(pmax, e);
   }
-  // Every token left out has a logit <= the last entry's, so a probability <= `floor`.
-  const float floor = s.complete() ? 0.0f : unnormalized(s.logits[s.count - 1], inv_t, mx_scaled);
-  bool confined = floor == 0.0f || (p.min_p > 0.0f && floor < p.min_p * pmax);
+  // Every token left out has a logit <= the last entry's, so a probability <= `floor` (with
+  // sampling_exp's slack); none can be drawn when that has no mass or min-p drops it.
+  const float floor = s.complete() ? 0.0f : unnormalized(s.logits[s.count - 1], inv_t, mx_scaled) * kExpSlack;
+  bool confined = sampling_mass(floor) == 0 || (p.min_p > 0.0f && floor < p.min_p * pmax);
   if (!confined) {
     if (p.top_k == 0 || p.top_k > s.count) return kUndecided;
     // top-k decides among summarized tokens only when its k-th probability beats `floor`.
@@ -273,6 +303,7 @@ StatusOr<std::optional<SampleResult>> Sampler::sample_from_summary(const Samplin
     std::nth_element(kept.begin(), kept.begin() + (p.top_k - 1), kept.end(), before);
     if (!(kept[static_cast<size_t>(p.top_k - 1)].first > floor)) return kUndecided;
   }
+  if (cand_.empty()) return kUndecided;  // (an infinite logit: sample() says so)
   std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   const int32_t token = draw(ctx, pmax);
   return std::optional<SampleResult>(SampleResult{token, s.logprob_at(s.find(token))});

@@ -265,6 +265,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   xo.cuda.rope_in_attention = options.rope_in_attention;
   xo.cuda.silu_in_gemv = options.silu_in_gemv;
   xo.cuda.norm_in_gemv = options.norm_in_gemv;
+  xo.cuda.device_sampling = options.device_sampling;
   xo.cuda.memory_utilization = options.memory_utilization > 0 ? options.memory_utilization : 0.9;
   // On a GPU the KV pool is what the device's budget leaves, unless a size was given.
   xo.cuda.num_kv_blocks = options.kv_cache_bytes ? static_cast<int>(num_blocks) : 0;
@@ -890,8 +891,10 @@ Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
     ctx.step = s.output.size();
     ctx.prompt_tokens = q.prompt;
     ctx.output_tokens = s.output;
-    ASSIGN_OR_RETURN(std::optional<SampleResult> quick,
-                     sampler->sample_from_summary(ctx, summaries[static_cast<size_t>(li)]));
+    const LogitsSummary& summary = summaries[static_cast<size_t>(li)];
+    ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler->sample_from_summary(ctx, summary));
+    if (quick) return *quick;
+    ASSIGN_OR_RETURN(quick, draw_on_device(*executor, ctx, li, summary));
     if (quick) return *quick;
     ASSIGN_OR_RETURN(const float* row, logits_row(li));
     return sampler->sample(ctx, std::span<const float>(row, static_cast<size_t>(cfg.vocab_size)), {},

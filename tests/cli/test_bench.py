@@ -110,7 +110,7 @@ def test_sampled_decode(llmrt, tiny_plan):
     assert json.loads(proc.stdout)["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
     args = ("--pp", 0, "--tg", 4, "--batch", 2, "-r", 1, "--temperature", 0.75, "--top-p", 0.5, "--top-k", 7,
             "--min-p", 0.125)
-    proc = bench(llmrt, tiny_plan, *args)
+    proc = bench(llmrt, tiny_plan, *args, "--no-device-sampling")  # (a CPU plan: nothing to turn off)
     assert proc.returncode == 0, proc.stderr
     assert "sampling temperature 0.75, top_p 0.5, top_k 7, min_p 0.125" in proc.stdout.splitlines()[0], proc.stdout
     assert list(table_rows(proc.stdout)) == ["tg4", "tg4-b2"]

@@ -215,8 +215,9 @@ def test_gguf_model_has_a_gpu_kernel_for_every_step(llmc, tmp_path):
 
 def test_logits_summary_kernel_up_to_its_longest_row(llmc, tmp_path):
     """GPU plans summarize each logits row on the device for vocabularies of up to 524288 entries
-    (codegen/LogitsSummaryKernel.cpp: 64 parts of 8192); a longer row gets no summary kernel and
-    the plan still compiles (the runtime then copies whole rows)."""
+    (codegen/LogitsSummaryKernel.cpp: 64 parts of 8192), and draw at a temperature there
+    (codegen/SamplingKernel.cpp); a longer row gets neither kernel and the plan still compiles
+    (the runtime then copies whole rows)."""
     import shutil
     from pathlib import Path
     if not Path(shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas").exists():
@@ -233,8 +234,10 @@ def test_logits_summary_kernel_up_to_its_longest_row(llmc, tmp_path):
         assert proc.returncode == 0, proc.stderr
         prog = json.loads(ok([llmc, "inspect", plan, "--json"]).stdout)["program"]
         assert prog["logits_summary_on_gpu"] is summarized, (vocab, prog)
+        assert prog["sampling_on_gpu"] is summarized, (vocab, prog)  # it reads the summaries' max
         assert prog["steps_with_gpu_kernel"] == prog["steps"], prog
         assert (f"llm_logits_summary_v{vocab}_".encode() in plan.read_bytes()) is summarized
+        assert (f"llm_sample_v{vocab}_".encode() in plan.read_bytes()) is summarized
 
 
 def test_no_tensor_cores_flag_reaches_the_linear_kernels(llmc, tmp_path):

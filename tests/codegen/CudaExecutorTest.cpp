@@ -460,6 +460,108 @@ TEST(CudaExecutor, SummarizesLogitsOnTheDeviceAndReadsRowsOnDemand) {
   EXPECT_EQ(driver.graphLaunches(), 1);
 }
 
+TEST(CudaExecutor, DrawsAtATemperatureOnTheDevice) {
+  // The plan's sampling kernel over the step's rows: each draw (temperatures, top-k, top-p,
+  // min-p, steps) is the host sampler's on the device's own row (read back), with its logprob;
+  // one launch per call; greedy and penalized draws are not the device's; rows past the step are
+  // errors; with device sampling off the executor draws nothing.
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90 --no-tensor-cores"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_GE((*plan)->program("forward")->sampling_kernel(), 0);
+  EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+  auto ex = makeExecutors(**plan, driver, 32, 4, 16);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  auto &gpu = ex->gpu;
+  const int V = ex->V, bs = ex->bs, mb = 4;
+  EXPECT_FALSE(gpu->samples_on_device()); // no step yet
+  const Step st = makeStep({bs + 2, 5, 9}, {bs + 2, 5, 9}, bs, mb, V, 1);
+  const int L = static_cast<int>(st.idx.size());
+  std::vector<llmrt::LogitsSummary> sums(L);
+  ASSERT_TRUE(gpu->forward_summary(st.input(), sums.data()).ok());
+  ASSERT_TRUE(gpu->samples_on_device());
+  std::vector<float> rows(size_t(L) * V);
+  ASSERT_TRUE(gpu->read_logits(0, L, rows.data()).ok());
+  llmrt::Sampler host(V);
+  int draws = 0;
+  for (float t : {0.7f, 1.0f, 1.5f})
+    for (int top_k : {0, 20})
+      for (float top_p : {1.0f, 0.8f}) {
+        llmrt::SamplingParams p;
+        p.temperature = t;
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.min_p = t > 1.0f ? 0.05f : 0.0f;
+        p.seed = 5;
+        for (int row : {L - 1, 3})
+          for (uint64_t step = 0; step < 2; ++step) {
+            llmrt::SamplingContext c;
+            c.params = &p;
+            c.request_id = uint64_t(row);
+            c.step = step;
+            const std::span<const float> logits(rows.data() + size_t(row) * V, size_t(V));
+            auto want = host.sample(c, logits, {}, &sums[size_t(row)]);
+            ASSERT_TRUE(want.ok()) << want.status().to_string();
+            const int before = driver.launches();
+            auto got = llmrt::draw_on_device(*gpu, c, row, sums[size_t(row)]);
+            ASSERT_TRUE(got.ok()) << got.status().to_string();
+            ASSERT_TRUE(got->has_value());
+            EXPECT_EQ(driver.launches() - before, 1);
+            EXPECT_EQ((*got)->token, want->token) << "t " << t << " top_k " << top_k << " top_p " << top_p;
+            EXPECT_EQ((*got)->logprob, want->logprob);
+            ++draws;
+          }
+      }
+  EXPECT_EQ(draws, 48);
+  // Several draws in one launch.
+  llmrt::SamplingParams p;
+  p.seed = 8;
+  std::vector<llmrt::DeviceDraw> many;
+  for (int row = 0; row < L; ++row) {
+    llmrt::SamplingContext c;
+    c.params = &p;
+    c.request_id = 40;
+    c.step = uint64_t(row);
+    many.push_back(*llmrt::Sampler::device_draw(c, row));
+  }
+  std::vector<int32_t> tokens(many.size());
+  std::vector<float> logits(many.size());
+  const int before = driver.launches();
+  ASSERT_TRUE(gpu->sample_on_device(many, tokens.data(), logits.data()).ok());
+  EXPECT_EQ(driver.launches() - before, 1);
+  for (int row = 0; row < L; ++row) {
+    llmrt::SamplingContext c;
+    c.params = &p;
+    c.request_id = 40;
+    c.step = uint64_t(row);
+    auto want = host.sample(c, std::span<const float>(rows.data() + size_t(row) * V, size_t(V)));
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(tokens[size_t(row)], want->token) << row;
+    EXPECT_EQ(logits[size_t(row)], rows[size_t(row) * V + size_t(want->token)]) << row;
+  }
+  // Not the device's: greedy, penalties; and rows outside the step.
+  llmrt::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  llmrt::SamplingParams penalized;
+  penalized.repetition_penalty = 1.1f;
+  for (const llmrt::SamplingParams *q : {&greedy, &penalized}) {
+    llmrt::SamplingContext c;
+    c.params = q;
+    auto none = llmrt::draw_on_device(*gpu, c, 0, sums[0]);
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value());
+  }
+  many[0].row = L;
+  EXPECT_FALSE(gpu->sample_on_device(std::span<const llmrt::DeviceDraw>(many.data(), 1), tokens.data(), logits.data()).ok());
+  // --no-device-sampling: the executor draws nothing (its rows go to the host sampler).
+  auto off = makeExecutors(**plan, driver, 32, 4, 16, true, true,
+                           [](cuda::CudaExecutorOptions &o) { o.device_sampling = false; });
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  ASSERT_TRUE(off->gpu->forward_summary(st.input(), sums.data()).ok());
+  EXPECT_FALSE(off->gpu->samples_on_device());
+}
+
 TEST(CudaExecutor, LongContextsSplitAttentionAndMatchTheCpuExecutor) {
   // One layer, one 32-wide head (emulating attention costs a fiber switch per thread and barrier,
   // so the model is as small as a split needs), generated weights: a prefill step of 270 rows

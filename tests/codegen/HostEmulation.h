@@ -195,6 +195,20 @@ static inline unsigned __match_any_sync(unsigned, unsigned v) {
   return bits;
 }
 
+/// __reduce_add_sync (redux.sync.add.u32): the sum over the lanes of `mask`, which every lane of
+/// the warp calls (each with its group's mask, as after __match_any_sync).
+static inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
+  const unsigned me = threadIdx.x, base = me - (me & 31);
+  llmc_emu::shuffleSlots[me] = v;
+  __syncwarp();
+  unsigned sum = 0;
+  for (unsigned l = 0; l < 32 && base + l < blockDim.x; ++l)
+    if (mask >> l & 1u)
+      sum += unsigned(llmc_emu::shuffleSlots[base + l]);
+  __syncwarp();
+  return sum;
+}
+
 /// __ballot_sync over the whole warp (every lane calls it): bit l set when lane l's predicate is.
 static inline unsigned __ballot_sync(unsigned, bool pred) {
   const unsigned me = threadIdx.x, base = me - (me & 31);
@@ -218,6 +232,11 @@ static inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, 4);
   return u;
+}
+static inline int __float_as_int(float f) {
+  int i;
+  std::memcpy(&i, &f, 4);
+  return i;
 }
 /// Blocks run one after another, so memory is always coherent: a fence orders nothing more.
 static inline void __threadfence() {}
@@ -247,6 +266,14 @@ static inline float __fmul_rn(float a, float b) {
 static inline float __fadd_rn(float a, float b) {
   volatile float r = a + b;
   return r;
+}
+static inline float __fsub_rn(float a, float b) {
+  volatile float r = a - b;
+  return r;
+}
+/// The high 64 bits of a 64 x 64-bit product.
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
 static inline float __fdiv_rn(float a, float b) {
   volatile float r = a / b;

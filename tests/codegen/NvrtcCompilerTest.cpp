@@ -65,6 +65,7 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitLogitsSummaryKernel(49152));
   add(llmc::emitLogitsSummaryKernel(128256));
   add(llmc::emitLogitsSummaryKernel(llmc::kMaxLogitsSummaryVocab)); // 16 entries a thread, 64 parts
+  add(llmc::emitSamplingKernel(128256));
   add(llmc::emitKvStoreKernel({8, 128, 16, "f32"}));
   llmc::AttentionParams attn;
   attn.cache = {8, 128, 16, "f32"};

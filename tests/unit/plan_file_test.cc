@@ -153,19 +153,21 @@ TEST(PlanFile, KernelReferenceOutOfRangeIsRefused) {
   }
 }
 
-TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
-  // A program naming kernel `summary` as its logits summary kernel; the plan's one kernel is of
-  // family `family`.
+TEST(PlanFile, LogitsSummaryAndSamplingKernelsAreCheckedForRangeAndFamily) {
+  // A program naming kernel `summary` as its logits summary kernel and `sampling` as its sampling
+  // kernel (schema minor 13); the plan's kernel 0 is of family `family`, kernel 1 a sampling one.
   struct Case {
     int summary;
     const char* family;
     const char* error;  // nullptr: accepted
-    int weight = -1;    // library_weight_kernel
-    int min_rows = 0;   // library_min_rows
+    int sampling = -1;
   };
-  for (const Case& c : {Case{0, "logits_summary", nullptr}, Case{1, "logits_summary", "index out of range"},
-                        Case{0, "rms_norm", "of family 'rms_norm'"}}) {
-    SCOPED_TRACE(c.summary);
+  for (const Case& c : {Case{0, "logits_summary", nullptr}, Case{2, "logits_summary", "index out of range"},
+                        Case{0, "rms_norm", "of family 'rms_norm'"}, Case{0, "logits_summary", nullptr, 1},
+                        Case{0, "logits_summary", "sampling kernel index out of range", 2},
+                        Case{0, "logits_summary", "its sampling kernel is of family 'logits_summary'", 0},
+                        Case{-1, "logits_summary", "a sampling kernel without the logits summary kernel", 1}}) {
+    SCOPED_TRACE(std::to_string(c.summary) + " " + std::to_string(c.sampling));
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<fb::Value>> values = {
         fb::CreateValueDirect(fbb, 0, "tokens", fb::RowKind::Tokens, 1, fb::DType::I32, 0)};
@@ -173,11 +175,12 @@ TEST(PlanFile, LogitsSummaryKernelIsCheckedForRangeAndFamily) {
     std::vector<flatbuffers::Offset<fb::Step>> steps = {
         fb::CreateStepDirect(fbb, fb::OpKind::Add, &io, &io, nullptr, nullptr, -1, "add")};
     std::vector<flatbuffers::Offset<fb::Program>> programs = {
-        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0, c.summary)};
+        fb::CreateProgramDirect(fbb, "forward", &values, &steps, 0, 0, 0, c.summary, c.sampling)};
     auto progs = fbb.CreateVector(programs);
     std::vector<int> block = {256, 1, 1};
     std::vector<flatbuffers::Offset<fb::Kernel>> kernels = {
-        fb::CreateKernelDirect(fbb, "k", c.family, "", &block, "rows", 0, nullptr)};
+        fb::CreateKernelDirect(fbb, "k", c.family, "", &block, "rows", 0, nullptr),
+        fb::CreateKernelDirect(fbb, "s", "sample", "", &block, "rows", 0, nullptr)};
     auto kernelsOff = fbb.CreateVector(kernels);
     fb::PlanBuilder pb(fbb);
     pb.add_schema_major(kSchemaMajor);

@@ -27,7 +27,8 @@
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
 #   sampling   int4-g128 decode at batch 1 and 32 sampled at temperature 1, and 0.6 with top-p 0.9
-#              (rows copied back and drawn on the host: the summary cannot decide those draws)
+#              (draws the summary cannot decide): on the device's sampling kernel, and with
+#              --no-device-sampling (rows copied back, drawn on the host)
 #   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
 #   prefill    prefill without tensor cores, with per-row attention, bf16 and int4 without cuBLASLt
 #   depth      batch-1 decode after a 3968-token prompt (flash-decoding)
@@ -270,13 +271,15 @@ if stage graphs 50; then
   done
 fi
 
-if stage sampling 40; then
-  # Draws the logits summary cannot decide (temperature alone, top-p) copy their row back and
-  # sample on the host: what that costs a decode step next to the greedy figures of the bench stage.
+if stage sampling 60; then
+  # Draws the logits summary cannot decide (temperature alone, top-p): on the device by the plan's
+  # sampling kernel, and with --no-device-sampling copied back as rows and drawn on the host.
   for sampling in "--temperature 1" "--temperature 0.6 --top-p 0.9"; do
-    # shellcheck disable=SC2086  # the settings are separate flags
-    bench_case "llama3_8b_int4_g128, batch-1 and batch-32 decode sampled ($sampling; bench stage: greedy):" \
-      llama3_8b_int4_g128 60 --pp 0 --tg 32 --batch 32 -r 1 $sampling
+    for where in "" "--no-device-sampling"; do
+      # shellcheck disable=SC2086  # the settings are separate flags
+      bench_case "llama3_8b_int4_g128, batch-1 and batch-32 decode sampled ($sampling ${where:-on the device}; bench stage: greedy):" \
+        llama3_8b_int4_g128 60 --pp 0 --tg 32 --batch 32 -r 1 $sampling $where
+    done
   done
 fi
 
