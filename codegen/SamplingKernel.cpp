@@ -176,7 +176,9 @@ __device__ unsigned radixSelect(const Draw &d, In in, Reaches reaches, u64 &abov
       const int i = base + (int)threadIdx.x;
       const float p = i < kV ? d.prob(i) : 0.0f;
       const unsigned key = __float_as_uint(p);
-      const bool take = i < kV && in(i, p) && (key & mask) == prefix;
+      const bool take = i < kV && (key & mask) == prefix && in(i, p);
+      if (!__any_sync(0xffffffffu, take)) // (after the first digit, most warps: the bins are narrow)
+        continue;
       const unsigned bin = take ? (key >> shift) & 255u : 256u; // 256: none
       const unsigned peers = __match_any_sync(0xffffffffu, bin);
       u64 w;

@@ -20,17 +20,39 @@ Status Executor::sample_on_device(std::span<const DeviceDraw>, int32_t*, float*)
   return unimplemented("this backend draws no tokens on a device");
 }
 
+StatusOr<std::vector<std::optional<SampleResult>>> draws_on_device(Executor& executor,
+                                                                   std::span<const SamplingContext> contexts,
+                                                                   std::span<const int32_t> rows,
+                                                                   std::span<const LogitsSummary> summaries) {
+  std::vector<std::optional<SampleResult>> out(contexts.size());
+  if (!executor.samples_on_device() || rows.size() != contexts.size()) return out;
+  std::vector<DeviceDraw> draws;
+  std::vector<size_t> of;  // draws[k] is contexts[of[k]]'s
+  for (size_t i = 0; i < contexts.size(); ++i)
+    if (rows[i] >= 0 && static_cast<size_t>(rows[i]) < summaries.size())
+      if (const std::optional<DeviceDraw> d = Sampler::device_draw(contexts[i], rows[i])) {
+        draws.push_back(*d);
+        of.push_back(i);
+      }
+  if (draws.empty()) return out;
+  std::vector<int32_t> tokens(draws.size(), -1);
+  std::vector<float> logits(draws.size(), 0.0f);
+  RETURN_IF_ERROR(executor.sample_on_device(draws, tokens.data(), logits.data()));
+  for (size_t k = 0; k < draws.size(); ++k) {
+    if (tokens[k] < 0) continue;  // nothing to draw: Sampler::sample names why
+    const LogitsSummary& s = summaries[static_cast<size_t>(draws[k].row)];
+    // The raw logprob as Sampler::sample computes it with the row's summary.
+    out[of[k]] = SampleResult{tokens[k], static_cast<float>(static_cast<double>(logits[k]) - s.max - s.log_sum)};
+  }
+  return out;
+}
+
 StatusOr<std::optional<SampleResult>> draw_on_device(Executor& executor, const SamplingContext& ctx, int32_t row,
-                                                     const LogitsSummary& summary) {
-  if (!executor.samples_on_device()) return std::optional<SampleResult>();
-  const std::optional<DeviceDraw> d = Sampler::device_draw(ctx, row);
-  if (!d) return std::optional<SampleResult>();
-  int32_t token = -1;
-  float logit = 0.0f;
-  RETURN_IF_ERROR(executor.sample_on_device(std::span<const DeviceDraw>(&*d, 1), &token, &logit));
-  if (token < 0) return std::optional<SampleResult>();
-  return std::optional<SampleResult>(
-      SampleResult{token, static_cast<float>(static_cast<double>(logit) - summary.max - summary.log_sum)});
+                                                     std::span<const LogitsSummary> summaries) {
+  ASSIGN_OR_RETURN(std::vector<std::optional<SampleResult>> r,
+                   draws_on_device(executor, std::span<const SamplingContext>(&ctx, 1),
+                                   std::span<const int32_t>(&row, 1), summaries));
+  return r[0];
 }
 
 Status Executor::read_logits(int first, int count, float* out) {

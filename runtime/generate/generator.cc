@@ -11,7 +11,6 @@ namespace llmrt {
 Generator::~Generator() = default;
 
 StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const GeneratorOptions& options) {
-  std::unique_ptr<Generator> g(new Generator());
   ExecutorOptions eo;
   eo.device = options.device;
   eo.cpu = options.executor;
@@ -29,8 +28,18 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(const Plan& plan, const G
   eo.cuda.max_tokens_per_step = options.executor.max_tokens_per_step;
   eo.cuda.max_seqs_per_step = options.executor.max_seqs_per_step;
   eo.cuda.num_kv_blocks = options.executor.num_kv_blocks;
-  ASSIGN_OR_RETURN(g->executor_, make_executor(plan, eo, &g->device_note_));
-  g->eos_ids_ = options.eos_ids;
+  std::string note;
+  ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, make_executor(plan, eo, &note));
+  std::unique_ptr<Generator> g = over(std::move(executor), plan, options.eos_ids);
+  g->device_note_ = std::move(note);
+  return g;
+}
+
+std::unique_ptr<Generator> Generator::over(std::unique_ptr<Executor> executor, const Plan& plan,
+                                           std::vector<int32_t> eos_ids) {
+  std::unique_ptr<Generator> g(new Generator());
+  g->executor_ = std::move(executor);
+  g->eos_ids_ = std::move(eos_ids);
   if (g->eos_ids_.empty() && plan.fb().generation() && plan.fb().generation()->eos_ids())
     for (int32_t id : *plan.fb().generation()->eos_ids()) g->eos_ids_.push_back(id);
   return g;
@@ -179,6 +188,33 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       RETURN_IF_ERROR(ex.forward_summary(batch, summaries.data()));
     }
 
+    // The draws the summaries cannot decide, on the device in one launch (a block each), where it
+    // samples (a row each, so the contexts are the loop's below).
+    std::vector<std::optional<SampleResult>> on_device(logit_rows.size());
+    if (!whole && ex.samples_on_device()) {
+      std::vector<SamplingContext> contexts;
+      std::vector<int32_t> rows;
+      for (size_t li = 0; li < logit_rows.size(); ++li) {
+        const RowUse& use = logit_rows[li];
+        const GenerationRequest& r = requests[use.seq];
+        const GenerationOutput& o = out[use.seq];
+        if (!use.sample || static_cast<int32_t>(o.tokens.size()) >= r.max_tokens) continue;
+        SamplingContext ctx;
+        ctx.params = &r.sampling;
+        ctx.request_id = use.seq;
+        ctx.step = o.tokens.size();
+        ctx.prompt_tokens = r.prompt;
+        ctx.output_tokens = o.tokens;
+        StatusOr<std::optional<SampleResult>> quick = sampler.sample_from_summary(ctx, summaries[li]);
+        if (!quick.ok() || quick->has_value()) continue;  // (the loop reports the error)
+        contexts.push_back(ctx);
+        rows.push_back(static_cast<int32_t>(li));
+      }
+      ASSIGN_OR_RETURN(std::vector<std::optional<SampleResult>> drawn,
+                       draws_on_device(ex, contexts, rows, summaries));
+      for (size_t k = 0; k < rows.size(); ++k) on_device[static_cast<size_t>(rows[k])] = drawn[k];
+    }
+
     for (size_t li = 0; li < logit_rows.size(); ++li) {
       const RowUse& use = logit_rows[li];
       SeqState& s = seqs[use.seq];
@@ -218,9 +254,7 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       ctx.prompt_tokens = r.prompt;
       ctx.output_tokens = o.tokens;
       ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler.sample_from_summary(ctx, summaries[li]));
-      if (!quick && !whole) {
-        ASSIGN_OR_RETURN(quick, draw_on_device(ex, ctx, static_cast<int32_t>(li), summaries[li]));
-      }
+      if (!quick) quick = on_device[li];
       if (!quick) {
         RETURN_IF_ERROR(read_row());
         ASSIGN_OR_RETURN(quick, sampler.sample(ctx, row, {}, &summaries[li]));

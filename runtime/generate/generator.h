@@ -60,6 +60,9 @@ using TokenCallback = std::function<void(size_t, int32_t)>;
 class Generator {
  public:
   static StatusOr<std::unique_ptr<Generator>> create(const Plan& plan, const GeneratorOptions& options);
+  /// Over an executor made elsewhere (tests: one on an emulated device); eos_ids empty: the plan's.
+  static std::unique_ptr<Generator> over(std::unique_ptr<Executor> executor, const Plan& plan,
+                                         std::vector<int32_t> eos_ids = {});
   ~Generator();
 
   /// Runs every request to completion. Errors (prompt longer than the context, ids outside the

@@ -894,7 +894,7 @@ Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
     const LogitsSummary& summary = summaries[static_cast<size_t>(li)];
     ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler->sample_from_summary(ctx, summary));
     if (quick) return *quick;
-    ASSIGN_OR_RETURN(quick, draw_on_device(*executor, ctx, li, summary));
+    ASSIGN_OR_RETURN(quick, draw_on_device(*executor, ctx, li, summaries));
     if (quick) return *quick;
     ASSIGN_OR_RETURN(const float* row, logits_row(li));
     return sampler->sample(ctx, std::span<const float>(row, static_cast<size_t>(cfg.vocab_size)), {},

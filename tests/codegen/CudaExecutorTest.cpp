@@ -9,6 +9,8 @@
 
 #include "EmulatedExecutor.h"
 
+#include "runtime/generate/generator.h"
+
 namespace {
 
 using namespace llmc::testing::emulated;
@@ -504,7 +506,7 @@ TEST(CudaExecutor, DrawsAtATemperatureOnTheDevice) {
             auto want = host.sample(c, logits, {}, &sums[size_t(row)]);
             ASSERT_TRUE(want.ok()) << want.status().to_string();
             const int before = driver.launches();
-            auto got = llmrt::draw_on_device(*gpu, c, row, sums[size_t(row)]);
+            auto got = llmrt::draw_on_device(*gpu, c, row, sums);
             ASSERT_TRUE(got.ok()) << got.status().to_string();
             ASSERT_TRUE(got->has_value());
             EXPECT_EQ(driver.launches() - before, 1);
@@ -548,7 +550,7 @@ TEST(CudaExecutor, DrawsAtATemperatureOnTheDevice) {
   for (const llmrt::SamplingParams *q : {&greedy, &penalized}) {
     llmrt::SamplingContext c;
     c.params = q;
-    auto none = llmrt::draw_on_device(*gpu, c, 0, sums[0]);
+    auto none = llmrt::draw_on_device(*gpu, c, 0, sums);
     ASSERT_TRUE(none.ok());
     EXPECT_FALSE(none->has_value());
   }
@@ -560,6 +562,46 @@ TEST(CudaExecutor, DrawsAtATemperatureOnTheDevice) {
   ASSERT_TRUE(off.ok()) << off.status().to_string();
   ASSERT_TRUE(off->gpu->forward_summary(st.input(), sums.data()).ok());
   EXPECT_FALSE(off->gpu->samples_on_device());
+}
+
+TEST(CudaExecutor, GeneratorDrawsAStepsRowsInOneSamplingLaunch) {
+  // Three requests at a temperature (one with top-p) through the Generator on the emulated
+  // device: each step's draws, which the summaries cannot decide, go to the sampling kernel in
+  // one launch; the tokens and logprobs are those of the same generation with the rows drawn on
+  // the host (--no-device-sampling).
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90 --no-tensor-cores"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::vector<llmrt::GenerationRequest> reqs(3);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = {1, int32_t(5 + i), 9, 33};
+    reqs[i].max_tokens = 4;
+    reqs[i].ignore_eos = true;
+    reqs[i].sampling.temperature = 1.0f;
+    reqs[i].sampling.top_p = i == 1 ? 0.9f : 1.0f;
+    reqs[i].sampling.seed = 21;
+  }
+  std::vector<llmrt::GenerationOutput> outs[2];
+  int launches[2] = {0, 0};
+  for (int device = 0; device < 2; ++device) {
+    EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+    auto ex = makeExecutors(**plan, driver, 32, 4, 16, true, true,
+                            [&](cuda::CudaExecutorOptions &o) { o.device_sampling = device == 1; });
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    auto gen = llmrt::Generator::over(std::move(ex->gpu), **plan);
+    auto out = gen->generate(reqs);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    outs[device] = std::move(*out);
+    launches[device] = driver.launches();
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(outs[1][i].tokens, outs[0][i].tokens) << i;
+    EXPECT_EQ(outs[1][i].logprobs, outs[0][i].logprobs) << i;
+    EXPECT_EQ(outs[1][i].tokens.size(), 4u);
+  }
+  // The prompts prefill in one step, then 3 decode steps: 4 steps of 3 draws, 4 launches.
+  EXPECT_EQ(launches[1] - launches[0], 4);
 }
 
 TEST(CudaExecutor, LongContextsSplitAttentionAndMatchTheCpuExecutor) {

@@ -220,6 +220,7 @@ static inline unsigned __ballot_sync(unsigned, bool pred) {
   __syncwarp();
   return bits;
 }
+static inline bool __any_sync(unsigned mask, bool pred) { return (__ballot_sync(mask, pred) & mask) != 0u; }
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 /// Fibers switch only at barriers, so a read-modify-write is atomic here.
 template <class T> static inline T atomicAdd(T *p, T v) {
