@@ -108,16 +108,22 @@ template <class W> __device__ W blockSum(W v, Shared &sh) {
   return t;
 }
 
+// The sum of v over lanes 0 .. this lane of the warp.
+__device__ __forceinline__ u64 warpInclusiveScan(u64 v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 t = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o)
+      v += t;
+  }
+  return v;
+}
+
 // The sums of the threads before this one (thread order), and the block's total.
 __device__ u64 blockExclusiveScan(u64 v, u64 &total, Shared &sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  u64 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 t = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o)
-      inc += t;
-  }
+  const u64 inc = warpInclusiveScan(v);
   if (lane == 31)
     sh.warpSum[warp] = inc;
   __syncthreads();
@@ -201,13 +207,7 @@ __device__ unsigned radixSelect(const Draw &d, In in, Reaches reaches, u64 &abov
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         s += c[j] = sh.hist[255 - 8 * lane - j];
-      u64 inc = s;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const u64 t = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o)
-          inc += t;
-      }
+      const u64 inc = warpInclusiveScan(s);
       const unsigned hit = __ballot_sync(0xffffffffu, reaches(abv + inc));
       const int at = hit ? __popc((hit & (0u - hit)) - 1u) : 31; // (always hit: the set reaches)
       if (lane == at) {

@@ -188,6 +188,16 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
       RETURN_IF_ERROR(ex.forward_summary(batch, summaries.data()));
     }
 
+    // A row's draw: its request's settings, its sequence's tokens so far.
+    auto context_of = [&](const RowUse& use) {
+      SamplingContext ctx;
+      ctx.params = &requests[use.seq].sampling;
+      ctx.request_id = use.seq;
+      ctx.step = out[use.seq].tokens.size();
+      ctx.prompt_tokens = requests[use.seq].prompt;
+      ctx.output_tokens = out[use.seq].tokens;
+      return ctx;
+    };
     // The draws the summaries cannot decide, on the device in one launch (a block each), where it
     // samples (a row each, so the contexts are the loop's below).
     std::vector<std::optional<SampleResult>> on_device(logit_rows.size());
@@ -199,12 +209,7 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
         const GenerationRequest& r = requests[use.seq];
         const GenerationOutput& o = out[use.seq];
         if (!use.sample || static_cast<int32_t>(o.tokens.size()) >= r.max_tokens) continue;
-        SamplingContext ctx;
-        ctx.params = &r.sampling;
-        ctx.request_id = use.seq;
-        ctx.step = o.tokens.size();
-        ctx.prompt_tokens = r.prompt;
-        ctx.output_tokens = o.tokens;
+        const SamplingContext ctx = context_of(use);
         StatusOr<std::optional<SampleResult>> quick = sampler.sample_from_summary(ctx, summaries[li]);
         if (!quick.ok() || quick->has_value()) continue;  // (the loop reports the error)
         contexts.push_back(ctx);
@@ -247,12 +252,7 @@ StatusOr<std::vector<GenerationOutput>> Generator::generate(const std::vector<Ge
         o.finish_reason = "length";
         continue;
       }
-      SamplingContext ctx;
-      ctx.params = &r.sampling;
-      ctx.request_id = use.seq;
-      ctx.step = o.tokens.size();
-      ctx.prompt_tokens = r.prompt;
-      ctx.output_tokens = o.tokens;
+      const SamplingContext ctx = context_of(use);
       ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler.sample_from_summary(ctx, summaries[li]));
       if (!quick) quick = on_device[li];
       if (!quick) {
