@@ -9,7 +9,8 @@
 #   diff       every small plan's logits at every prompt position on the GPU against the CPU
 #              backend (reference contract, computed by make_bundle.sh), tolerance a fraction of
 #              max |logit| per plan; greedy continuations compared token by token; a batch of 3
-#              prompts of different lengths in one step
+#              prompts of different lengths in one step; sampled continuations (temperature 1,
+#              top-p 0.9) drawn by the sampling kernel against --no-device-sampling's host draws
 #   long       1500-token prompts in steps of 16 (split attention) and 512 (tiled attention)
 #   bandwidth  device read bandwidth (a 4 GiB device-to-device copy through PyTorch)
 #   bench      llmrt bench on Llama-3-8B shapes (int4-g128, bf16): prefill 512/2048, decode at
@@ -141,6 +142,29 @@ if stage diff 40; then
     else
       say "$name: FAIL: llmrt run exited non-zero"; tail -5 "$RAW/$name.cuda.log" | tee -a "$MD"; status=1
     fi
+  done
+  # Draws at a temperature (which the logits summary cannot decide): the device's sampling kernel
+  # must draw the tokens the host sampler draws from the same rows (--no-device-sampling).
+  for plan in tiny_llama_f32 wide_vocab_f32; do
+    for where in device host; do
+      flag=""; [ "$where" = host ] && flag="--no-device-sampling"
+      # shellcheck disable=SC2086
+      limit 60 "$LLMRT" run "$B/plans/$plan.fb" --device cuda --prompt-ids 1,5,9 --prompt-ids 3,4 \
+        --prompt-ids 7,8,9,10,11 --max-tokens 24 --ignore-eos --temperature 1 --top-p 0.9 --seed 5 --json $flag \
+        > "$RAW/$plan.sampled.$where.json" 2> "$RAW/$plan.sampled.$where.log"
+    done
+    python3 - "$RAW/$plan.sampled.device.json" "$RAW/$plan.sampled.host.json" "$plan" <<'PY' | tee -a "$MD" || status=1
+import json, sys
+try:
+    dev, host = (json.load(open(f))["outputs"] for f in sys.argv[1:3])
+except Exception as e:
+    print(f"{sys.argv[3]} sampled (temperature 1, top-p 0.9): FAIL: {e}"); sys.exit(1)
+same = [d["output_ids"] == h["output_ids"] and d["logprobs"] == h["logprobs"] for d, h in zip(dev, host)]
+ok = len(dev) == len(host) == 3 and all(same)
+print(f"{sys.argv[3]} sampled (temperature 1, top-p 0.9, 3 prompts x 24 tokens): "
+      f"{'PASS' if ok else 'FAIL'}: device draws {'equal' if ok else 'differ from'} the host sampler's")
+sys.exit(0 if ok else 1)
+PY
   done
 fi
 
