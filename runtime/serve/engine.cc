@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -144,6 +145,9 @@ struct Engine::Impl {
   // The step's logits rows as summaries; a whole row is read from the executor only where a
   // summary cannot answer (Sampler::sample_from_summary), into row_buf (row_at: which).
   std::vector<LogitsSummary> summaries;
+  // The step's draws the summaries cannot decide, made on the device in one launch before the
+  // items are walked: (logits row, request index) -> result.
+  std::map<std::pair<int32_t, int32_t>, SampleResult> drawn;
   std::vector<float> row_buf;
   int32_t row_at = -1;
   std::vector<int32_t> topk_ids;
@@ -163,6 +167,7 @@ struct Engine::Impl {
   void retire(Group* g);
   StatusOr<const float*> logits_row(int32_t li);
   Status sample_for(Group* g, size_t si, int32_t li);
+  void draw_step_on_device();
   Status add_token(Group* g, size_t si, const SampleResult& r, int32_t li);
   Status fill_logprob(int32_t li, int32_t token, int k, TokenLogprob* out);
   void publish_stats();
@@ -270,7 +275,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   // On a GPU the KV pool is what the device's budget leaves, unless a size was given.
   xo.cuda.num_kv_blocks = options.kv_cache_bytes ? static_cast<int>(num_blocks) : 0;
   std::string note;
-  ASSIGN_OR_RETURN(m.executor, make_executor(plan, xo, &note));
+  if (options.make_executor) {
+    ASSIGN_OR_RETURN(m.executor, options.make_executor(xo));
+  } else {
+    ASSIGN_OR_RETURN(m.executor, make_executor(plan, xo, &note));
+  }
   if (!note.empty()) std::fprintf(stderr, "llmrt: %s\n", note.c_str());
   c.device = m.executor->device_name();
   c.num_kv_blocks = m.executor->num_kv_blocks();
@@ -768,6 +777,7 @@ void Engine::Impl::step() {
     return;
   }
 
+  draw_step_on_device();
   std::vector<Group*> touched;
   for (const Item& it : items) {
     Group* g = it.group;
@@ -882,6 +892,39 @@ Status Engine::Impl::add_token(Group* g, size_t si, const SampleResult& r, int32
   return ok_status();
 }
 
+void Engine::Impl::draw_step_on_device() {
+  drawn.clear();
+  if (!executor->samples_on_device()) return;
+  // The draws sample_for() will make, with the same contexts: a group's first n from its row, or
+  // each sequence's own (the summaries' decisions are taken there again, the same).
+  std::vector<SamplingContext> contexts;
+  std::vector<int32_t> rows, indexes;
+  for (const Item& it : items) {
+    const Group* g = it.group;
+    if (g->done || !it.logits_last || g->req.max_tokens == 0) continue;
+    const Seq& s = g->seqs[it.seq];
+    const int32_t li = it.first_logit + (it.prompt_rows ? it.count - 1 : 0);
+    for (int32_t j = g->forked ? s.index : 0; j < (g->forked ? s.index + 1 : g->req.n); ++j) {
+      SamplingContext ctx;
+      ctx.params = &g->req.sampling;
+      ctx.request_id = static_cast<uint64_t>(j);
+      ctx.step = s.output.size();
+      ctx.prompt_tokens = g->req.prompt;
+      ctx.output_tokens = s.output;
+      StatusOr<std::optional<SampleResult>> quick = sampler->sample_from_summary(ctx, summaries[static_cast<size_t>(li)]);
+      if (!quick.ok() || quick->has_value()) continue;
+      contexts.push_back(ctx);
+      rows.push_back(li);
+      indexes.push_back(j);
+    }
+  }
+  if (contexts.empty()) return;
+  StatusOr<std::vector<std::optional<SampleResult>>> r = draws_on_device(*executor, contexts, rows, summaries);
+  if (!r.ok()) return;  // each draw is then made alone (and reports its error)
+  for (size_t k = 0; k < contexts.size(); ++k)
+    if ((*r)[k]) drawn.emplace(std::make_pair(rows[k], indexes[k]), *(*r)[k]);
+}
+
 Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
   const EngineRequest& q = g->req;
   auto draw = [&](const Seq& s, int32_t index) -> StatusOr<SampleResult> {
@@ -894,6 +937,7 @@ Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
     const LogitsSummary& summary = summaries[static_cast<size_t>(li)];
     ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler->sample_from_summary(ctx, summary));
     if (quick) return *quick;
+    if (auto at = drawn.find({li, index}); at != drawn.end()) return at->second;
     ASSIGN_OR_RETURN(quick, draw_on_device(*executor, ctx, li, summaries));
     if (quick) return *quick;
     ASSIGN_OR_RETURN(const float* row, logits_row(li));

@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,11 +40,18 @@
 #include "runtime/sampler/sampler.h"
 
 namespace llmrt {
+class Executor;
+struct ExecutorOptions;
+}  // namespace llmrt
+
+namespace llmrt {
 
 class Plan;
 class Metrics;
 
 struct EngineOptions {
+  /// Builds the executor instead of make_executor (tests: one on an emulated device).
+  std::function<StatusOr<std::unique_ptr<Executor>>(const ExecutorOptions&)> make_executor;
   int threads = 0;                 // CPU threads; 0: all cores
   bool pin_threads = false;        // pin each CPU thread to one core
   int max_num_batched_tokens = 0;  // token budget per step; 0: min(plan cap, 512)

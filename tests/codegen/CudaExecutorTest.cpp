@@ -9,7 +9,9 @@
 
 #include "EmulatedExecutor.h"
 
+#include "runtime/engine/make_executor.h"
 #include "runtime/generate/generator.h"
+#include "runtime/serve/engine.h"
 
 namespace {
 
@@ -593,7 +595,7 @@ TEST(CudaExecutor, GeneratorDrawsAStepsRowsInOneSamplingLaunch) {
     auto out = gen->generate(reqs);
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     outs[device] = std::move(*out);
-    launches[device] = driver.launches();
+    launches[device] = driver.samplingLaunches();
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(outs[1][i].tokens, outs[0][i].tokens) << i;
@@ -601,7 +603,77 @@ TEST(CudaExecutor, GeneratorDrawsAStepsRowsInOneSamplingLaunch) {
     EXPECT_EQ(outs[1][i].tokens.size(), 4u);
   }
   // The prompts prefill in one step, then 3 decode steps: 4 steps of 3 draws, 4 launches.
-  EXPECT_EQ(launches[1] - launches[0], 4);
+  EXPECT_EQ(launches[0], 0);
+  EXPECT_EQ(launches[1], 4);
+}
+
+TEST(CudaExecutor, EngineDrawsAStepsRowsTogetherOnTheDevice) {
+  // The serving engine on the emulated device: a request of 2 choices at temperature 1 (they
+  // fork after the first draw) and one at 0.7 with top-p: the tokens and logprobs of
+  // --no-device-sampling, in fewer sampling launches than draws (a step's draws go in one).
+  TempDir dir;
+  auto plan = llmrt::Plan::open(
+      compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama", "--target sm_90 --no-tensor-cores"));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::vector<llmrt::EngineRequest> reqs(2);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = {1, int32_t(7 + i), 9};
+    reqs[i].max_tokens = 3;
+    reqs[i].ignore_eos = true;
+    reqs[i].has_seed = true;
+    reqs[i].sampling.seed = 9;
+    reqs[i].sampling.temperature = i == 0 ? 1.0f : 0.7f;
+    reqs[i].sampling.top_p = i == 0 ? 1.0f : 0.9f;
+    reqs[i].n = i == 0 ? 2 : 1;
+  }
+  std::map<std::pair<size_t, int>, std::vector<int32_t>> tokens[2];
+  std::map<std::pair<size_t, int>, std::vector<float>> logprobs[2];
+  int launches[2] = {0, 0};
+  for (int device = 0; device < 2; ++device) {
+    EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
+    llmrt::EngineOptions eo;
+    eo.device = "cuda";
+    eo.device_sampling = device == 1;
+    eo.kv_cache_bytes = 1 << 20;
+    eo.make_executor = [&](const llmrt::ExecutorOptions &xo) -> llmrt::StatusOr<std::unique_ptr<llmrt::Executor>> {
+      cuda::CudaExecutorOptions o = xo.cuda;
+      o.load_gemm_library = noGemmLibrary;
+      ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaExecutor> ex, cuda::CudaExecutor::create(**plan, &driver, o));
+      return std::unique_ptr<llmrt::Executor>(std::move(ex));
+    };
+    auto engine = llmrt::Engine::create(**plan, eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    std::vector<std::shared_ptr<llmrt::RequestHandle>> handles;
+    for (const llmrt::EngineRequest &r : reqs) {
+      auto h = (*engine)->submit(r);
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      handles.push_back(*h);
+    }
+    for (size_t i = 0; i < handles.size(); ++i)
+      for (bool finished = false; !finished;) {
+        auto e = handles[i]->next(std::chrono::milliseconds(300000));
+        ASSERT_TRUE(e.has_value()) << "timed out";
+        ASSERT_TRUE(e->error.ok()) << e->error.to_string();
+        for (const llmrt::ChoiceDelta &d : e->choices)
+          for (const llmrt::TokenLogprob &t : d.tokens) {
+            tokens[device][{i, d.index}].push_back(t.token);
+            logprobs[device][{i, d.index}].push_back(t.logprob);
+          }
+        finished = e->finished;
+      }
+    engine->reset(); // (stops the engine thread before the driver goes)
+    launches[device] = driver.samplingLaunches();
+  }
+  EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(logprobs[1], logprobs[0]);
+  ASSERT_EQ(tokens[1].size(), 3u);
+  for (const auto &[choice, t] : tokens[1])
+    EXPECT_EQ(t.size(), 3u);
+  // 9 draws (3 choices x 3 tokens): on the device, and the 2 choices' first draws (their
+  // request's one row) in one launch at least.
+  EXPECT_EQ(launches[0], 0);
+  EXPECT_GT(launches[1], 0);
+  EXPECT_LT(launches[1], 9);
 }
 
 TEST(CudaExecutor, LongContextsSplitAttentionAndMatchTheCpuExecutor) {

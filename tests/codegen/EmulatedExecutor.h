@@ -260,6 +260,8 @@ public:
   /// Launches of add_rms_norm kernels, and of GEMVs with it inside (Step.norm_kernel).
   int addRmsNormLaunches() const { return addRmsNormLaunches_; }
   int normGemvLaunches() const { return normGemvLaunches_; }
+  /// Launches of the sampling kernel (Program.sampling_kernel).
+  int samplingLaunches() const { return samplingLaunches_; }
   size_t modules() const { return modules_.size(); }
 
 private:
@@ -293,6 +295,7 @@ private:
     siluGemvLaunches_ += m.entry.rfind("llm_linear_", 0) == 0 && m.entry.find("_silu_") != std::string::npos;
     addRmsNormLaunches_ += m.entry.rfind("llm_add_rms_norm_", 0) == 0;
     normGemvLaunches_ += m.entry.rfind("llm_linear_", 0) == 0 && m.entry.find("_addnorm") != std::string::npos;
+    samplingLaunches_ += m.entry.rfind("llm_sample_", 0) == 0;
   }
 
   llmrt::Status notCapturing(const char *call) const {
@@ -393,6 +396,7 @@ private:
   int quantizeLaunches_ = 0, int8GemvLaunches_ = 0;
   int ropeKvStoreLaunches_ = 0, ropeAttentionLaunches_ = 0;
   int siluMulLaunches_ = 0, siluGemvLaunches_ = 0, addRmsNormLaunches_ = 0, normGemvLaunches_ = 0;
+  int samplingLaunches_ = 0;
   bool events_ = true;
   int ccMajor_ = 9, ccMinor_ = 0, version_ = 13000;
   bool programmatic_ = true, afterLaunch_ = false, loadingGridDependency_ = false;
