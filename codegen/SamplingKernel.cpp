@@ -93,17 +93,17 @@ struct Shared {
 };
 
 // Sum over the block, to every thread (a fixed tree: exact for integers anyway).
-template <class W> __device__ W blockSum(W v, Shared &sh) {
+__device__ u64 blockSum(u64 v, Shared &sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
   if (lane == 0)
-    sh.warpSum[warp] = (u64)v;
+    sh.warpSum[warp] = v;
   __syncthreads();
-  W t = 0;
+  u64 t = 0;
   for (int w = 0; w < kWarps; ++w)
-    t += (W)sh.warpSum[w];
+    t += sh.warpSum[w];
   __syncthreads();
   return t;
 }

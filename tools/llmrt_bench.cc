@@ -10,8 +10,8 @@
 //            moment every sequence has its first token to the last, tokens/s = B * (N - 1) / time.
 // Prompts are random token ids from a fixed seed (no tokenizer needed); sampling is greedy (or
 // --temperature / --top-p / --top-k / --min-p, seeded by --seed: what a decode step's draws cost
-// where the logits summary cannot decide them) with end-of-sequence ignored. Each test has one untimed warm-up run (same shape, decode capped at 16
-// tokens), then R timed repetitions of Generator::generate() (forward passes + sampling); figures
+// where the logits summary cannot decide them) with end-of-sequence ignored. Each test has one
+// untimed warm-up run (same shape, decode capped at 16 tokens), then R timed repetitions of Generator::generate() (forward passes + sampling); figures
 // are mean ± sample standard deviation. Peak RSS is the process's (getrusage ru_maxrss).
 #include <sys/resource.h>
 

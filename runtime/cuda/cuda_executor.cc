@@ -252,7 +252,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   RETURN_IF_ERROR(allocate(S * static_cast<uint64_t>(table_stride_) * 4, &tables_));
   RETURN_IF_ERROR(allocate(T * 4, &logit_rows_));
   RETURN_IF_ERROR(allocate(T * sizeof(LogitsSummary), &summaries_));
-  if (plan.program("forward")->sampling_kernel() >= 0 && device_sampling_) {
+  if (sampling_.kernel >= 0) {  // (decode() kept it unless device sampling is off)
     RETURN_IF_ERROR(allocate(kMaxDraws * sizeof(DeviceDraw), &draws_));
     RETURN_IF_ERROR(allocate(kMaxDraws * 8, &drawn_));
   }

@@ -47,14 +47,6 @@ StatusOr<std::vector<std::optional<SampleResult>>> draws_on_device(Executor& exe
   return out;
 }
 
-StatusOr<std::optional<SampleResult>> draw_on_device(Executor& executor, const SamplingContext& ctx, int32_t row,
-                                                     std::span<const LogitsSummary> summaries) {
-  ASSIGN_OR_RETURN(std::vector<std::optional<SampleResult>> r,
-                   draws_on_device(executor, std::span<const SamplingContext>(&ctx, 1),
-                                   std::span<const int32_t>(&row, 1), summaries));
-  return r[0];
-}
-
 Status Executor::read_logits(int first, int count, float* out) {
   if (first < 0 || count < 0 || first + count > host_rows_)
     return invalid_argument("read_logits: rows [" + std::to_string(first) + ", " + std::to_string(first + count) +

@@ -82,15 +82,11 @@ class Executor {
   int host_rows_ = 0;
 };
 
-/// The draw of `ctx` from row `row` of the last forward_summary() (whose summaries are
-/// `summaries`) on the executor's device, where it samples there and the draw is one its kernel
-/// makes (Sampler::device_draw): the token and its raw logprob (from the row's summary, as
-/// Sampler::sample with it gives); nullopt otherwise, or where the row has nothing to draw
-/// (Sampler::sample says why).
-StatusOr<std::optional<SampleResult>> draw_on_device(Executor& executor, const SamplingContext& ctx, int32_t row,
-                                                     std::span<const LogitsSummary> summaries);
-/// draw_on_device for several draws in one launch (a block each): result i for contexts[i] from
-/// row rows[i], whose summary is summaries[rows[i]].
+/// The draws of contexts[i] from rows rows[i] of the last forward_summary() (whose summaries are
+/// `summaries`) on the executor's device, in one launch (a block each), where it samples there
+/// and the draw is one its kernel makes (Sampler::device_draw): the token and its raw logprob
+/// (from the row's summary, as Sampler::sample with it gives); nullopt for the others, and where
+/// the row has nothing to draw (Sampler::sample says why).
 StatusOr<std::vector<std::optional<SampleResult>>> draws_on_device(Executor& executor,
                                                                    std::span<const SamplingContext> contexts,
                                                                    std::span<const int32_t> rows,

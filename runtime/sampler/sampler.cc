@@ -38,9 +38,8 @@ uint64_t sampling_random_bits(uint64_t seed, uint64_t request_id, uint64_t step)
   return mix64(mix64(mix64(seed) ^ request_id) ^ step);
 }
 
-double sampling_uniform(uint64_t seed, uint64_t request_id, uint64_t step) {
-  return static_cast<double>(sampling_random_bits(seed, request_id, step) >> 11) *
-         (1.0 / 9007199254740992.0);
+uint64_t sampling_u53(uint64_t seed, uint64_t request_id, uint64_t step) {
+  return sampling_random_bits(seed, request_id, step) >> 11;
 }
 
 Status validate_sampling_params(const SamplingParams& p, int32_t vocab_size) {
@@ -146,12 +145,12 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
   cand_.clear();
   float pmax = 0.0f;
   // Every probability first (a loop the compiler vectorizes: sampling_exp is branch-free; NaN
-  // and -inf give 0), then the candidates: a mass (p >= 2^-40).
+  // and -inf give 0), then the candidates: those with a mass.
   float* prob = probs_.data();
   for (int32_t i = 0; i < vocab_size_; ++i) prob[i] = unnormalized(w[i], inv_t, mx_scaled);
   for (int32_t i = 0; i < vocab_size_; ++i) {
     if (std::isnan(w[i]) || w[i] == -INFINITY) continue;
-    if (prob[i] >= 0x1p-40f) cand_.emplace_back(prob[i], i);
+    if (sampling_mass(prob[i]) > 0) cand_.emplace_back(prob[i], i);
     pmax = std::max(pmax, prob[i]);
   }
   if (cand_.empty())  // an infinite logit: every other probability is 0 beside it, its own NaN
@@ -163,9 +162,8 @@ StatusOr<SampleResult> Sampler::sample(const SamplingContext& ctx, std::span<con
 std::optional<DeviceDraw> Sampler::device_draw(const SamplingContext& ctx, int32_t row) {
   if (!ctx.params) return std::nullopt;
   const SamplingParams& p = *ctx.params;
-  if (!(p.temperature > 0.0f) || !std::isfinite(p.temperature) || p.repetition_penalty != 1.0f ||
-      p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f || !p.logit_bias.empty() || !(p.top_p > 0.0f) ||
-      !(p.top_p <= 1.0f) || !(p.min_p >= 0.0f && p.min_p <= 1.0f) || p.top_k < 0)
+  if (p.temperature == 0.0f || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+      p.presence_penalty != 0.0f || !p.logit_bias.empty() || !validate_sampling_params(p, INT32_MAX).ok())
     return std::nullopt;
   DeviceDraw d;
   d.row = row;
@@ -173,7 +171,7 @@ std::optional<DeviceDraw> Sampler::device_draw(const SamplingContext& ctx, int32
   d.top_p = p.top_p;
   d.min_p = p.min_p;
   d.top_k = p.top_k;
-  d.u53 = sampling_random_bits(p.seed, ctx.request_id, ctx.step) >> 11;
+  d.u53 = sampling_u53(p.seed, ctx.request_id, ctx.step);
   return d;
 }
 
@@ -244,7 +242,7 @@ int32_t Sampler::draw(const SamplingContext& ctx, float pmax) {
   // 8. draw, in id order: the first candidate whose cumulative mass exceeds u x the total.
   uint64_t total = 0;
   for (const auto& c : cand_) total += sampling_mass(c.first);
-  const uint64_t u53 = sampling_random_bits(p.seed, ctx.request_id, ctx.step) >> 11;
+  const uint64_t u53 = sampling_u53(p.seed, ctx.request_id, ctx.step);
   const uint64_t r = static_cast<uint64_t>((static_cast<unsigned __int128>(u53) * total) >> 53);
   uint64_t cum = 0;
   for (const auto& c : cand_) {

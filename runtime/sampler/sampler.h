@@ -105,8 +105,8 @@ uint64_t sampling_mass(float p);
 
 /// The 64 random bits for (seed, request_id, step).
 uint64_t sampling_random_bits(uint64_t seed, uint64_t request_id, uint64_t step);
-/// Uniform double in [0, 1) from those bits.
-double sampling_uniform(uint64_t seed, uint64_t request_id, uint64_t step);
+/// Their top 53 bits, the draw's u53 (u = u53 x 2^-53 is uniform in [0, 1)).
+uint64_t sampling_u53(uint64_t seed, uint64_t request_id, uint64_t step);
 
 /// One draw for a device's sampling kernel (codegen/SamplingKernel.cpp reads this layout): the
 /// logits row, 1 / temperature, top_p, min_p, top_k and the RNG's top 53 bits for (seed,

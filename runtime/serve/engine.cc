@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -167,6 +167,8 @@ struct Engine::Impl {
   void retire(Group* g);
   StatusOr<const float*> logits_row(int32_t li);
   Status sample_for(Group* g, size_t si, int32_t li);
+  // The draw of choice `index` after sequence s's tokens so far.
+  static SamplingContext context_of(const Group& g, const Seq& s, int32_t index);
   void draw_step_on_device();
   Status add_token(Group* g, size_t si, const SampleResult& r, int32_t li);
   Status fill_logprob(int32_t li, int32_t token, int k, TokenLogprob* out);
@@ -892,6 +894,16 @@ Status Engine::Impl::add_token(Group* g, size_t si, const SampleResult& r, int32
   return ok_status();
 }
 
+SamplingContext Engine::Impl::context_of(const Group& g, const Seq& s, int32_t index) {
+  SamplingContext ctx;
+  ctx.params = &g.req.sampling;
+  ctx.request_id = static_cast<uint64_t>(index);
+  ctx.step = s.output.size();
+  ctx.prompt_tokens = g.req.prompt;
+  ctx.output_tokens = s.output;
+  return ctx;
+}
+
 void Engine::Impl::draw_step_on_device() {
   drawn.clear();
   if (!executor->samples_on_device()) return;
@@ -905,12 +917,7 @@ void Engine::Impl::draw_step_on_device() {
     const Seq& s = g->seqs[it.seq];
     const int32_t li = it.first_logit + (it.prompt_rows ? it.count - 1 : 0);
     for (int32_t j = g->forked ? s.index : 0; j < (g->forked ? s.index + 1 : g->req.n); ++j) {
-      SamplingContext ctx;
-      ctx.params = &g->req.sampling;
-      ctx.request_id = static_cast<uint64_t>(j);
-      ctx.step = s.output.size();
-      ctx.prompt_tokens = g->req.prompt;
-      ctx.output_tokens = s.output;
+      const SamplingContext ctx = context_of(*g, s, j);
       StatusOr<std::optional<SampleResult>> quick = sampler->sample_from_summary(ctx, summaries[static_cast<size_t>(li)]);
       if (!quick.ok() || quick->has_value()) continue;
       contexts.push_back(ctx);
@@ -920,7 +927,7 @@ void Engine::Impl::draw_step_on_device() {
   }
   if (contexts.empty()) return;
   StatusOr<std::vector<std::optional<SampleResult>>> r = draws_on_device(*executor, contexts, rows, summaries);
-  if (!r.ok()) return;  // each draw is then made alone (and reports its error)
+  if (!r.ok()) return;  // (a failed launch: those draws go to the host, whose row read reports it)
   for (size_t k = 0; k < contexts.size(); ++k)
     if ((*r)[k]) drawn.emplace(std::make_pair(rows[k], indexes[k]), *(*r)[k]);
 }
@@ -928,18 +935,11 @@ void Engine::Impl::draw_step_on_device() {
 Status Engine::Impl::sample_for(Group* g, size_t si, int32_t li) {
   const EngineRequest& q = g->req;
   auto draw = [&](const Seq& s, int32_t index) -> StatusOr<SampleResult> {
-    SamplingContext ctx;
-    ctx.params = &q.sampling;
-    ctx.request_id = static_cast<uint64_t>(index);
-    ctx.step = s.output.size();
-    ctx.prompt_tokens = q.prompt;
-    ctx.output_tokens = s.output;
+    const SamplingContext ctx = context_of(*g, s, index);
     const LogitsSummary& summary = summaries[static_cast<size_t>(li)];
     ASSIGN_OR_RETURN(std::optional<SampleResult> quick, sampler->sample_from_summary(ctx, summary));
     if (quick) return *quick;
-    if (auto at = drawn.find({li, index}); at != drawn.end()) return at->second;
-    ASSIGN_OR_RETURN(quick, draw_on_device(*executor, ctx, li, summaries));
-    if (quick) return *quick;
+    if (auto at = drawn.find({li, index}); at != drawn.end()) return at->second;  // the device's
     ASSIGN_OR_RETURN(const float* row, logits_row(li));
     return sampler->sample(ctx, std::span<const float>(row, static_cast<size_t>(cfg.vocab_size)), {},
                            &summaries[static_cast<size_t>(li)]);

@@ -508,12 +508,14 @@ TEST(CudaExecutor, DrawsAtATemperatureOnTheDevice) {
             auto want = host.sample(c, logits, {}, &sums[size_t(row)]);
             ASSERT_TRUE(want.ok()) << want.status().to_string();
             const int before = driver.launches();
-            auto got = llmrt::draw_on_device(*gpu, c, row, sums);
+            auto got = llmrt::draws_on_device(*gpu, std::span<const llmrt::SamplingContext>(&c, 1),
+                                              std::span<const int32_t>(&row, 1), sums);
             ASSERT_TRUE(got.ok()) << got.status().to_string();
-            ASSERT_TRUE(got->has_value());
+            ASSERT_EQ(got->size(), 1u);
+            ASSERT_TRUE((*got)[0].has_value());
             EXPECT_EQ(driver.launches() - before, 1);
-            EXPECT_EQ((*got)->token, want->token) << "t " << t << " top_k " << top_k << " top_p " << top_p;
-            EXPECT_EQ((*got)->logprob, want->logprob);
+            EXPECT_EQ((*got)[0]->token, want->token) << "t " << t << " top_k " << top_k << " top_p " << top_p;
+            EXPECT_EQ((*got)[0]->logprob, want->logprob);
             ++draws;
           }
       }
@@ -549,12 +551,18 @@ TEST(CudaExecutor, DrawsAtATemperatureOnTheDevice) {
   greedy.temperature = 0.0f;
   llmrt::SamplingParams penalized;
   penalized.repetition_penalty = 1.1f;
-  for (const llmrt::SamplingParams *q : {&greedy, &penalized}) {
-    llmrt::SamplingContext c;
-    c.params = q;
-    auto none = llmrt::draw_on_device(*gpu, c, 0, sums);
+  {
+    std::vector<llmrt::SamplingContext> cs(2);
+    cs[0].params = &greedy;
+    cs[1].params = &penalized;
+    const std::vector<int32_t> zero = {0, 0};
+    const int launched = driver.launches();
+    auto none = llmrt::draws_on_device(*gpu, cs, zero, sums);
     ASSERT_TRUE(none.ok());
-    EXPECT_FALSE(none->has_value());
+    ASSERT_EQ(none->size(), 2u);
+    EXPECT_FALSE((*none)[0].has_value());
+    EXPECT_FALSE((*none)[1].has_value());
+    EXPECT_EQ(driver.launches(), launched); // nothing for the device: no launch
   }
   many[0].row = L;
   EXPECT_FALSE(gpu->sample_on_device(std::span<const llmrt::DeviceDraw>(many.data(), 1), tokens.data(), logits.data()).ok());

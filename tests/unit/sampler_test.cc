@@ -46,7 +46,9 @@ TEST(Sampler, RngIsCounterBasedAndDocumented) {
   EXPECT_NE(sampling_random_bits(42, 7, 3), sampling_random_bits(43, 7, 3));
   double sum = 0;
   for (int i = 0; i < 10000; ++i) {
-    double u = sampling_uniform(1, 2, i);
+    const uint64_t u53 = sampling_u53(1, 2, i);
+    ASSERT_EQ(u53, sampling_random_bits(1, 2, i) >> 11);  // the top 53 bits
+    const double u = static_cast<double>(u53) * 0x1p-53;
     ASSERT_GE(u, 0.0);
     ASSERT_LT(u, 1.0);
     sum += u;
