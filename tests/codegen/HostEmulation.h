@@ -8,12 +8,21 @@
 // threads of its warp), so a barrier costs a context switch instead of an OS
 // thread wake-up. threadIdx is set by the scheduler before it switches to a
 // fiber; __shared__ becomes a function-local static, i.e. per-block shared
-// memory since blocks run one at a time. A launch whose threads can never all
+// memory since blocks run one at a time (filled with 0xff bytes before each
+// block: NaN floats, -1 integers, as undefined as the GPU's). A launch whose threads can never all
 // meet at a barrier (a divergent __syncthreads) aborts with a message, where
 // the GPU would hang. Used only by tests/codegen (compiled at test time into a
 // shared library, one per kernel).
+//
+// The order in which the fibers of a block (and the blocks of a grid) run is LLMC_EMU_ORDER's:
+// "forward" (the default: thread and block 0 first), "reverse", or "shuffle:SEED" (a new random
+// order every round). A kernel whose result depends on it reads what another thread writes
+// without a barrier in between, a race on the GPU (where the threads of a block, even the lanes
+// of a warp, do not run in step): in the forward order a reader above the writer sees the write,
+// in the reverse order it does not. tests/codegen runs its kernel tests in the other orders too.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +31,7 @@
 #include <math.h>
 #include <memory>
 #include <ucontext.h>
+#include <utility>
 #include <vector>
 
 struct LlmcDim3 {
@@ -38,7 +48,10 @@ static LlmcDim3 gridDim = {1, 1, 1};
 #define __host__
 #define __forceinline__ inline
 #define __noinline__
-#define __shared__ static
+// Every __shared__ variable lives in the section llmc_shared, which the launch fills with 0xff
+// bytes (NaN floats, -1 integers) before each block: on the GPU a block's shared memory starts
+// undefined, not zero nor what the block before left.
+#define __shared__ static __attribute__((section("llmc_shared")))
 #define __launch_bounds__(...)
 // Kernels pick their emulated forms of inline PTX (tensor-core mma, cvt) by this macro.
 #define LLMC_HOST_EMULATION 1
@@ -61,6 +74,50 @@ struct Scheduler {
 };
 
 static Scheduler *sched = nullptr;
+
+// LLMC_EMU_ORDER (read once per kernel library): the order of each round of fibers and of blocks.
+struct Order {
+  enum Mode { kForward, kReverse, kShuffle } mode = kForward;
+  uint64_t state = 0; // the shuffle's generator (splitmix64)
+};
+static Order &order() {
+  static Order o = [] {
+    Order r;
+    const char *e = std::getenv("LLMC_EMU_ORDER");
+    if (!e || !*e || std::strcmp(e, "forward") == 0)
+      return r;
+    if (std::strcmp(e, "reverse") == 0) {
+      r.mode = Order::kReverse;
+      return r;
+    }
+    char *end = nullptr;
+    if (std::strncmp(e, "shuffle:", 8) == 0) {
+      r.state = std::strtoull(e + 8, &end, 10);
+      if (end != e + 8 && *end == 0) {
+        r.mode = Order::kShuffle;
+        return r;
+      }
+    }
+    std::fprintf(stderr, "HostEmulation: LLMC_EMU_ORDER='%s' is none of forward, reverse, shuffle:SEED\n", e);
+    std::abort();
+  }();
+  return o;
+}
+// 0 .. n-1 in the order's sequence for this round.
+static void arrange(std::vector<unsigned> &ids, unsigned n) {
+  ids.resize(n);
+  for (unsigned i = 0; i < n; ++i)
+    ids[i] = order().mode == Order::kReverse ? n - 1 - i : i;
+  if (order().mode != Order::kShuffle)
+    return;
+  for (unsigned i = n; i > 1; --i) { // Fisher-Yates
+    uint64_t z = (order().state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    std::swap(ids[i - 1], ids[z % i]);
+  }
+}
 static uint64_t shuffleSlots[1024];
 static uint32_t mmaSlots[1024][6]; // per thread: a0..a3, b0, b1 of a warp-wide mma
 constexpr size_t kStackBytes = 256 * 1024;
@@ -81,9 +138,11 @@ static void wait(State s) {
 static void runBlock() {
   const unsigned n = static_cast<unsigned>(sched->fibers.size());
   unsigned done = 0;
+  std::vector<unsigned> ids;
   while (done < n) {
     bool ran = false;
-    for (unsigned t = 0; t < n; ++t) {
+    arrange(ids, n);
+    for (const unsigned t : ids) {
       Fiber &f = sched->fibers[t];
       if (f.state != State::kRunnable)
         continue;
@@ -355,6 +414,10 @@ struct LlmcPrefetch {
   unsigned bytes;
 };
 static std::vector<LlmcPrefetch> llmcPrefetchLog;
+// The linker's bounds of the section of the kernel library's __shared__ variables (absent when
+// it has none).
+extern "C" char __start_llmc_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_llmc_shared[] __attribute__((weak, visibility("hidden")));
 static inline void llmcEmuPrefetchL2(unsigned long long address, unsigned bytes) {
   llmcPrefetchLog.push_back({blockIdx.x, threadIdx.x, address, bytes});
 }
@@ -371,8 +434,12 @@ template <class Kernel> static void llmcLaunch(unsigned grid, unsigned block, Ke
   sched = &s;
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
-  for (unsigned b = 0; b < grid; ++b) {
+  std::vector<unsigned> blocks;
+  arrange(blocks, grid);
+  for (const unsigned b : blocks) {
     blockIdx = {b, 0, 0};
+    if (__start_llmc_shared != nullptr)
+      std::memset(__start_llmc_shared, 0xff, size_t(__stop_llmc_shared - __start_llmc_shared));
     for (Fiber &f : s.fibers) {
       f.state = State::kRunnable;
       getcontext(&f.ctx);
@@ -383,5 +450,9 @@ template <class Kernel> static void llmcLaunch(unsigned grid, unsigned block, Ke
     }
     runBlock();
   }
+  // In block and thread order whatever the schedule (each thread's in its program order).
+  std::stable_sort(llmcPrefetchLog.begin(), llmcPrefetchLog.end(), [](const LlmcPrefetch &a, const LlmcPrefetch &b) {
+    return a.block != b.block ? a.block < b.block : a.thread < b.thread;
+  });
   sched = outer;
 }
