@@ -92,11 +92,23 @@ int graph_bucket(const std::vector<int>& sizes, int n) {
 
 std::string format_bytes(uint64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (uint64_t(1) << 30))
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  else if (bytes >= (uint64_t(1) << 20))
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
   return buf;
 }
 
 namespace {
+// 0.9, not std::to_string's 0.900000.
+std::string utilization_text(double u) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", u);
+  return buf;
+}
 const fb::Program* forward_program(const fb::Plan& plan) {
   if (plan.programs())
     for (const fb::Program* p : *plan.programs())
@@ -167,7 +179,7 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
                                               double utilization, int max_tokens, int max_seqs,
                                               uint64_t library) {
   if (!(utilization > 0.0 && utilization <= 1.0))
-    return invalid_argument("--memory-utilization must be in (0, 1], got " + std::to_string(utilization));
+    return invalid_argument("--memory-utilization must be in (0, 1], got " + utilization_text(utilization));
   const fb::MemoryPlan* mem = plan.memory();
   const fb::KvSpec* kv = plan.kv();
   if (!mem || !kv) return invalid_argument("plan has no memory plan or KV spec");
@@ -202,7 +214,7 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
   const uint64_t need_kv = blocks_per_seq * m.kv_block_bytes;
   if (fixed + need_kv > m.budget)
     return resource_exhausted(
-        "the plan does not fit " + device.name + " at --memory-utilization " + std::to_string(utilization) +
+        "the plan does not fit " + device.name + " at --memory-utilization " + utilization_text(utilization) +
         ": budget " + format_bytes(m.budget) + " of " + format_bytes(device.total_memory) + "; weights " +
         format_bytes(m.weights) + ", activations " + format_bytes(m.activations) + " (" + std::to_string(max_tokens) +
         " tokens per step), batch buffers and logits " + format_bytes(m.batch) +

@@ -82,7 +82,8 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
                                               double utilization, int max_tokens, int max_seqs,
                                               uint64_t library = 0);
 
-/// "1.50 GiB" style.
+/// "1.50 GiB", "3.25 MiB" or "0.50 KiB": two decimals in the largest unit (KiB at least) that is
+/// not more than the value.
 std::string format_bytes(uint64_t bytes);
 
 }  // namespace llmrt::cuda

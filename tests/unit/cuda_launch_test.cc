@@ -139,8 +139,15 @@ TEST(CudaLaunch, DeviceMemoryPlan) {
   auto no = plan_device_memory(plan, small, 0.9, 512, 32);
   ASSERT_FALSE(no.ok());
   EXPECT_EQ(no.status().code(), StatusCode::kResourceExhausted);
-  for (const char* part : {"Small GPU", "weights", "activations", "KV cache", "8192 tokens", "16.00 GiB"})
+  for (const char* part : {"Small GPU", "weights", "activations", "KV cache", "8192 tokens", "16.00 GiB",
+                           "--memory-utilization 0.9:"})
     EXPECT_NE(no.status().message().find(part), std::string::npos) << part << ": " << no.status().message();
+  // Sizes in the largest unit not above them, so a small plan's parts do not all read 0.00 GiB.
+  EXPECT_EQ(format_bytes(uint64_t{3} << 29), "1.50 GiB");
+  EXPECT_EQ(format_bytes((uint64_t{1} << 30) - 1), "1024.00 MiB");
+  EXPECT_EQ(format_bytes(uint64_t{13} << 18), "3.25 MiB");
+  EXPECT_EQ(format_bytes(512), "0.50 KiB");
+  EXPECT_EQ(format_bytes(0), "0.00 KiB");
 
   EXPECT_FALSE(plan_device_memory(plan, h200, 0.0, 512, 32).ok());
   EXPECT_FALSE(plan_device_memory(plan, h200, 1.5, 512, 32).ok());

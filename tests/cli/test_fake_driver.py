@@ -1,0 +1,171 @@
+"""llmrt --device cuda without a GPU, on the stand-in CUDA driver (tests/unit/fake_libcuda.cc, built
+as <build>/tests/unit/fake-cuda/libcuda.so.1 and found through LD_LIBRARY_PATH): the runtime's real
+driver path and what sits on it (device listing, image choice, driver version and memory checks,
+CUDA graphs, events, llmrt serve's engine thread) run as on a GPU machine. The fake runs no kernel
+(device outputs are zeros), so these tests check that the commands work and fail as they should,
+not what the model says; the GPU script checks the numbers on a GPU."""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY, clean_error, ok, run
+
+FAKE = Path(os.environ.get("LLMC_BUILD_DIR", REPO / "build")) / "tests" / "unit" / "fake-cuda"
+ARGS = ["--prompt-ids", "1,2,3", "--max-tokens", "4", "--temperature", "0", "--ignore-eos", "--json"]
+
+
+def fake_env(**knobs):
+    if not (FAKE / "libcuda.so.1").is_file():
+        pytest.skip(f"the stand-in driver is not built at {FAKE}")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = f"{FAKE}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(FAKE)
+    env.update({f"LLMC_FAKE_CUDA_{k.upper()}": str(v) for k, v in knobs.items()})
+    return env
+
+
+def run_with(env, cmd, timeout=300):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace",
+                          timeout=timeout, env=env)
+
+
+def write_byte_tokenizer(path):
+    """A byte-level BPE tokenizer.json (GPT-2's byte table, a few merges) that fits the tiny vocabulary."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): i for i, (_, c) in enumerate(sorted(zip(bs, cs)))}
+    merges = [["t", "h"], ["th", "e"]]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    path.write_text(json.dumps({
+        "version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": byte_level,
+        "post_processor": None, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [" ".join(m) for m in merges]}}))
+
+
+@pytest.fixture(scope="module")
+def gpu_plan(llmc, tmp_path_factory):
+    """The tiny Llama with a tokenizer, kernel images for sm_90, its GEMMs generated (no cuBLASLt, which
+    would need a real driver)."""
+    d = tmp_path_factory.mktemp("fake_gpu")
+    model = d / "llama"
+    shutil.copytree(TINY / "llama", model)
+    write_byte_tokenizer(model / "tokenizer.json")
+    plan = d / "gpu.fb"
+    proc = run([llmc, "compile", model, "-o", plan, "-q", "--target", "sm_90", "--dense-gemm", "generated"])
+    if proc.returncode != 0 and "NVRTC not available" in proc.stderr:
+        pytest.skip("llmc built without NVRTC: no kernel images to load")
+    assert proc.returncode == 0, proc.stderr
+    return plan
+
+
+def test_devices_lists_the_device_and_the_images_it_loads(llmrt, gpu_plan):
+    out = ok([llmrt, "devices"]).stdout  # the machine's own state, whatever it is
+    proc = run_with(fake_env(), [llmrt, "devices", gpu_plan])
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA driver 13.0, 1 device(s)" in proc.stdout, proc.stdout
+    assert "0: Fake CUDA device (llmc tests), sm_90, 8.0 GiB" in proc.stdout, proc.stdout
+    assert re.search(r"plan: \d+ kernels from sm_90 CUBIN", proc.stdout), proc.stdout
+    assert "KV cache" in proc.stdout, proc.stdout
+    assert out  # (no driver: says so; a GPU machine: lists it)
+
+
+def test_run_bench_and_profile_on_the_device(llmrt, gpu_plan):
+    env = fake_env()
+    res = json.loads(run_with(env, [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS]).stdout)
+    assert len(res["outputs"][0]["output_ids"]) == 4
+    for extra in ([], ["--no-cuda-graphs"]):
+        proc = run_with(env, [llmrt, "bench", gpu_plan, "--device", "cuda", "--pp", "8", "--tg", "4", "--batch", "2",
+                              "-r", "1", "--json", *extra])
+        assert proc.returncode == 0, proc.stderr
+        bench = json.loads(proc.stdout)
+        assert bench["device"] == "cuda:0 (Fake CUDA device (llmc tests))"
+        assert [t["name"] for t in bench["tests"]][:2] == ["pp8", "tg4"]
+    prof = run_with(env, [llmrt, "run", gpu_plan, "--device", "cuda", "--profile", *ARGS])
+    assert prof.returncode == 0, prof.stderr
+    assert "device time per kernel (CUDA events)" in prof.stderr + prof.stdout, prof.stderr
+
+
+def test_a_device_the_plan_cannot_run_on_is_a_clear_error(llmrt, gpu_plan):
+    older = run_with(fake_env(cc=80), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    clean_error(older, "has images for sm_90", "sm_80", "recompile the plan with --target sm_80")
+    auto = run_with(fake_env(cc=80), [llmrt, "run", gpu_plan, "--device", "auto", *ARGS])
+    assert auto.returncode == 0 and "running on the CPU" in auto.stderr, auto.stderr
+    old_driver = run_with(fake_env(version=12000), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    clean_error(old_driver, "CUDA 13.0 or newer; this driver supports CUDA 12.0")
+    small = run_with(fake_env(memory_mib=1), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    clean_error(small, "does not fit Fake CUDA device", "--memory-utilization 0.9:", "KiB")
+    no_graphs = run_with(fake_env(no_graphs=1), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    assert no_graphs.returncode == 0, no_graphs.stderr  # graphs are optional: steps launch one by one
+
+
+def test_serve_answers_from_its_engine_thread(llmrt, gpu_plan):
+    """The engine calls the driver from a thread of its own: every request failed with
+    CUDA_ERROR_INVALID_CONTEXT on the first GPU run, which the stand-in driver reproduces."""
+    proc = subprocess.Popen([str(llmrt), "serve", str(gpu_plan), "--device", "cuda", "--port", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                            env=fake_env())
+    log, listening = [], threading.Event()
+    port = []
+
+    def read():
+        for line in proc.stderr:
+            log.append(line)
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                port.append(int(m.group(1)))
+                listening.set()
+        listening.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert listening.wait(120) and port, "".join(log)
+        deadline = time.monotonic() + 120
+        while True:  # the model loads after the port opens: 503 until then
+            conn = http.client.HTTPConnection("127.0.0.1", port[0], timeout=30)
+            conn.request("GET", "/health")
+            status = conn.getresponse().status
+            conn.close()
+            if status == 200:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(log)
+            time.sleep(0.2)
+        for body in ({"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0},
+                     {"prompt": "the", "max_tokens": 3, "temperature": 0.8, "top_p": 0.9, "n": 2},
+                     {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}):
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            conn = http.client.HTTPConnection("127.0.0.1", port[0], timeout=120)
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+            if "messages" in body and resp.status == 400 and b"chat template" in data:
+                continue  # the byte tokenizer has no chat template: a clear refusal is right
+            assert resp.status == 200, (body, data, "".join(log))
+            out = json.loads(data)
+            assert len(out["choices"]) == body.get("n", 1), out
+            assert out["usage"]["completion_tokens"] == body["max_tokens"] * body.get("n", 1), out
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+        reader.join(10)
+    assert rc == 0, "".join(log)
+    assert "INVALID_CONTEXT" not in "".join(log)
