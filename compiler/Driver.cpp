@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "codegen/NvrtcCompiler.h"
@@ -239,6 +240,28 @@ llmrt::Status compile(const CompileOptions &opts) {
     std::error_code ec;
     fs::remove(opts.outputPath, ec); // never leave a half-written plan behind
     return stats.status();
+  }
+  if (!stats->stepsWithoutKernel.empty()) {
+    // A warning where --target asked for GPUs, printed even with --quiet; a note for the default
+    // targets (the plan is then meant for the CPU as much as for a GPU).
+    std::map<std::string, int> byOp;
+    for (const std::string &op : stats->stepsWithoutKernel)
+      ++byOp[op];
+    std::string list;
+    for (const auto &[op, n] : byOp)
+      list += (list.empty() ? "" : ", ") + std::to_string(n) + " " + op;
+    const bool quantized = byOp.count("llm.linear") || byOp.count("llm.logits") || byOp.count("llm.embedding");
+    const std::string hint = quantized && opts.weightLayout != "cuda-mma"
+                                 ? "; quantized weights in the " + opts.weightLayout +
+                                       " layout are read by the CPU only: compile with --weight-layout cuda-mma "
+                                       "for GPUs"
+                                 : std::string();
+    if (opts.targetsGiven || !opts.quiet)
+      std::fprintf(stderr,
+                   "llmc: %s: %zu of %zu steps have no GPU kernel (%s), so `llmrt --device cuda` refuses this "
+                   "plan and --device auto runs it on the CPU%s\n",
+                   opts.targetsGiven ? "warning" : "note", stats->stepsWithoutKernel.size(), stats->steps,
+                   list.c_str(), hint.c_str());
   }
   if (!opts.quiet) {
     struct rusage ru {};

@@ -16,6 +16,7 @@ struct CompileOptions {
   std::string fromIr;                 ///< compile this .mlir instead of importing
   std::vector<std::string> disabledPasses;
   std::vector<std::string> targets;   ///< GPU targets; empty = none
+  bool targetsGiven = false;          ///< --target named them (not 'default')
   int64_t kvBlockSize = 16;
   int64_t maxModelLen = 0;
   int64_t maxTokensPerStep = 2048;

@@ -134,6 +134,7 @@ struct Lowering {
 
   quant::Layout weightLayoutKind = quant::Layout::kRowGroups;
   llmrt::StatusOr<int> kernelFor(Operation *op);
+  std::vector<std::string> stepsWithoutKernel; // kernelFor's steps that got none (with targets)
   /// The step's tensor-core kernel (emitBatchedKernel), -1 for none.
   llmrt::StatusOr<int> batchedKernelFor(Operation *op);
   /// The index of the kernel an optional emitter gave `op` (added on first use), -1 for none.
@@ -166,8 +167,12 @@ static fb::OpKind opKind(StringRef name) {
 }
 
 llmrt::StatusOr<int> Lowering::kernelFor(Operation *op) {
-  if (opts.targets.empty() || !hasKernel(op))
+  if (opts.targets.empty())
     return -1;
+  if (!hasKernel(op)) {
+    stepsWithoutKernel.push_back(op->getName().getStringRef().str());
+    return -1;
+  }
   FailureOr<KernelSpec> spec = emitKernel(op);
   if (failed(spec))
     return error(op, "kernel emission failed");
@@ -605,6 +610,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   stats.tensors = tensors.size();
   stats.steps = steps.size();
   stats.kernels = kernels.size();
+  stats.stepsWithoutKernel = stepsWithoutKernel;
   return stats;
 }
 

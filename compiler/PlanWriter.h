@@ -32,6 +32,9 @@ struct PlanStats {
   size_t tensors = 0;
   size_t steps = 0;
   size_t kernels = 0;
+  /// With targets: the op names of the steps that got no GPU kernel (the CUDA executor refuses
+  /// such a plan), in step order.
+  std::vector<std::string> stepsWithoutKernel;
 };
 
 /// Lowers the @forward function of `module` (after the pipeline ran) to a plan

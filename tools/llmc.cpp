@@ -246,6 +246,7 @@ int main(int argc, char **argv) {
       copts.targets = llmc::nvrtcAvailable() ? llmc::defaultTargets() : std::vector<std::string>{};
     else if (targets != "none")
       copts.targets = splitList(targets);
+    copts.targetsGiven = targets != "default" && targets != "none";
     for (const std::string &t : copts.targets)
       if (auto s = llmc::validateTarget(t); !s.ok())
         return fail(s);

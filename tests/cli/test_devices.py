@@ -50,3 +50,19 @@ def test_device_flag(llmc, llmrt, tmp_path):
         assert json.loads(bench.stdout)["device"] == "cpu"
     proc = run([llmrt, "serve", plan, "--device", "gpu7", "--port", "0"])
     assert proc.returncode != 0 and "unknown device" in proc.stderr, proc.stderr
+
+
+def test_compiling_for_gpus_says_which_steps_get_no_kernel(llmc, tmp_path):
+    """Quantized weights in a CPU layout have no GPU kernel: with --target the compile warns (even
+    with -q) and names the layout that fixes it; cuda-mma plans and --target none say nothing."""
+    gptq = TINY.parent / "quant" / "gptq_8bit_sym"
+    cpu_layout = run([llmc, "compile", gptq, "-o", tmp_path / "a.fb", "-q", "--target", "sm_90"])
+    if cpu_layout.returncode != 0 and "NVRTC not available" in cpu_layout.stderr:
+        pytest.skip("llmc built without NVRTC: no kernel images")
+    assert cpu_layout.returncode == 0, cpu_layout.stderr
+    assert "warning: 8 of 21 steps have no GPU kernel (8 llm.linear)" in cpu_layout.stderr, cpu_layout.stderr
+    assert "--weight-layout cuda-mma" in cpu_layout.stderr
+    gpu_layout = ok([llmc, "compile", gptq, "-o", tmp_path / "b.fb", "-q", "--target", "sm_90",
+                     "--weight-layout", "cuda-mma"])
+    assert "no GPU kernel" not in gpu_layout.stderr, gpu_layout.stderr
+    assert ok([llmc, "compile", gptq, "-o", tmp_path / "c.fb", "-q", "--target", "none"]).stderr == ""
