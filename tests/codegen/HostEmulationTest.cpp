@@ -18,51 +18,45 @@ namespace {
 using llmc::KernelSpec;
 using llmc::testing::HostKernel;
 
+// A kernel of this test: `entry`'s source and block size (grid rule "rows").
+KernelSpec testKernel(const std::string &entry, int block, const std::string &source) {
+  KernelSpec spec;
+  spec.family = "test";
+  spec.entry = entry;
+  spec.blockDim = {block, 1, 1};
+  spec.gridRule = "rows";
+  spec.source = source;
+  return spec;
+}
+
 // Each thread writes its id + 1 to shared memory, then (with or without a barrier) reads its
 // lower neighbour's slot: out[t] = slot[t - 1] (thread 0 reads its own).
 KernelSpec neighbourKernel(bool barrier) {
-  KernelSpec spec;
-  spec.family = "test";
-  spec.entry = barrier ? "neighbour_synced" : "neighbour_racy";
-  spec.blockDim = {64, 1, 1};
-  spec.gridRule = "rows";
-  spec.source = std::string(R"cuda(
-extern "C" __global__ void )cuda") + spec.entry + R"cuda((int *out, int T) {
+  const std::string entry = barrier ? "neighbour_synced" : "neighbour_racy";
+  return testKernel(entry, 64, "extern \"C\" __global__ void " + entry + R"cuda((int *out, int T) {
   __shared__ int slot[64];
   const int t = threadIdx.x;
   slot[t] = t + 1;
 )cuda" + (barrier ? "  __syncthreads();\n" : "") + R"cuda(
   out[blockIdx.x * 64 + t] = slot[t > 0 ? t - 1 : 0];
 }
-)cuda";
-  return spec;
+)cuda");
 }
 
 // The order in which blocks start: out[b] = how many blocks ran before block b.
 KernelSpec blockOrderKernel() {
-  KernelSpec spec;
-  spec.family = "test";
-  spec.entry = "block_order";
-  spec.blockDim = {32, 1, 1};
-  spec.gridRule = "rows";
-  spec.source = R"cuda(
+  return testKernel("block_order", 32, R"cuda(
 extern "C" __global__ void block_order(int *out, int *counter, int T) {
   if (threadIdx.x == 0)
     out[blockIdx.x] = atomicAdd(counter, 1);
 }
-)cuda";
-  return spec;
+)cuda");
 }
 
 // Reads shared memory no thread of the block wrote: out[b] = the bits of a float and an int that
 // the block before left as 2.5 and 7.
 KernelSpec unwrittenKernel() {
-  KernelSpec spec;
-  spec.family = "test";
-  spec.entry = "unwritten";
-  spec.blockDim = {32, 1, 1};
-  spec.gridRule = "rows";
-  spec.source = R"cuda(
+  return testKernel("unwritten", 32, R"cuda(
 extern "C" __global__ void unwritten(float *f, int *i, int T) {
   __shared__ float sf[32];
   __shared__ int si[32];
@@ -74,8 +68,7 @@ extern "C" __global__ void unwritten(float *f, int *i, int T) {
   sf[threadIdx.x] = 2.5f;
   si[threadIdx.x] = 7;
 }
-)cuda";
-  return spec;
+)cuda");
 }
 
 using NeighbourFn = void (*)(int *, int, unsigned);
