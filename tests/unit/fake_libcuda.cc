@@ -38,17 +38,11 @@ constexpr CUresult kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitia
 struct Context {
   int device = 0;
 };
-struct Stream {
-  bool capturing = false;
-  bool invalidated = false;
-  int captured = 0;  // launches recorded since the capture began
-};
+struct Stream {};  // one stream's handle: the capture below says whether it is capturing
 struct Graph {
   int launches = 0;
 };
-struct Module {
-  std::string image_head;
-};
+struct Module {};
 struct Function {
   std::string name;
 };
@@ -110,14 +104,18 @@ bool covered(State& s, uint64_t p, uint64_t bytes) {
 
 // Calls that act on the current context: not initialized, no context on this thread, or (for
 // those a capture forbids) a capture in progress on the stream.
-Stream* capturing_stream = nullptr;
+struct Capture {
+  Stream* stream = nullptr;  // the stream being captured, if any
+  bool invalidated = false;  // a call the capture forbids came
+  int launches = 0;          // launches recorded since it began
+} capture;
 CUresult need_context() {
   if (!state().initialized) return kNotInitialized;
   return current ? kSuccess : kInvalidContext;
 }
 CUresult forbidden_in_capture() {
-  if (capturing_stream) {
-    capturing_stream->invalidated = true;
+  if (capture.stream) {
+    capture.invalidated = true;
     return kCaptureUnsupported;
   }
   return kSuccess;
@@ -254,7 +252,7 @@ CUresult cuModuleLoadData(void** module, const void* image) {
   const char* p = static_cast<const char*>(image);
   const bool elf = std::memcmp(p, "\x7f" "ELF", 4) == 0;
   if (!elf && std::strstr(p, ".version") == nullptr) return kInvalidImage;
-  *module = own(new Module{std::string(p, 4)});
+  *module = own(new Module);
   return kSuccess;
 }
 CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
@@ -271,9 +269,8 @@ CUresult launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, un
     return kInvalidValue;
   State& s = state();
   std::lock_guard<std::mutex> l(s.mu);
-  Stream* st = static_cast<Stream*>(stream);
-  if (st && st->capturing) {
-    ++st->captured;
+  if (stream && stream == capture.stream) {
+    ++capture.launches;
     return kSuccess;
   }
   ++s.launches;
@@ -324,19 +321,18 @@ CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
   if (CUresult r = need_context()) return r;
   if (!state().graphs) return kNotSupported;
   Stream* st = static_cast<Stream*>(stream);
-  if (!st || st->capturing || mode < 0 || mode > 2) return kInvalidValue;
-  *st = Stream{true, false, 0};
-  capturing_stream = st;
+  if (!st || capture.stream || mode < 0 || mode > 2) return kInvalidValue;
+  capture = Capture{st, false, 0};
   return kSuccess;
 }
 CUresult cuStreamEndCapture(void* stream, void** graph) {
   if (CUresult r = need_context()) return r;
   Stream* st = static_cast<Stream*>(stream);
-  if (!st || !st->capturing) return kInvalidValue;
-  st->capturing = false;
-  capturing_stream = nullptr;
-  if (st->invalidated) return kCaptureInvalidated;
-  *graph = own(new Graph{st->captured});
+  if (!st || st != capture.stream) return kInvalidValue;
+  const Capture done = capture;
+  capture = Capture{};
+  if (done.invalidated) return kCaptureInvalidated;
+  *graph = own(new Graph{done.launches});
   return kSuccess;
 }
 CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {

@@ -192,7 +192,7 @@ def timed(f, reps=10):
     for _ in range(reps): f()
     e.record(); torch.cuda.synchronize()
     return s.elapsed_time(e) / 1e3 / reps
-import sys, traceback
+import traceback
 x = torch.randint(-2**31, 2**31 - 1, (1 << 30,), dtype=torch.int32, device="cuda")  # 4 GiB
 y = torch.empty_like(x)
 def probe(f, nbytes):  # GB/s, or 0 with the reason on stderr (one failing probe keeps the other)
