@@ -10,6 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
+# The stand-in CUDA driver (tests/unit/fake_libcuda.cc), found through LD_LIBRARY_PATH.
+FAKE_CUDA = Path(os.environ.get("LLMC_BUILD_DIR", REPO / "build")) / "tests" / "unit" / "fake-cuda"
 
 
 def tool(name):
@@ -40,6 +42,17 @@ def clean_error(proc, *needles):
     assert "error:" in err, proc.stderr
     for n in needles:
         assert n.lower() in err, f"'{n}' not in: {proc.stderr}"
+
+
+def fake_env(**knobs):
+    """The environment with the stand-in driver first on the library path; knobs set its
+    LLMC_FAKE_CUDA_* variables (version, cc, memory_mib, no_graphs)."""
+    if not (FAKE_CUDA / "libcuda.so.1").is_file():
+        pytest.skip(f"the stand-in driver is not built at {FAKE_CUDA}")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = f"{FAKE_CUDA}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(FAKE_CUDA)
+    env.update({f"LLMC_FAKE_CUDA_{k.upper()}": str(v) for k, v in knobs.items()})
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -18,19 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, clean_error, run
+from conftest import REPO, TINY, clean_error, fake_env, run
 
-FAKE = Path(os.environ.get("LLMC_BUILD_DIR", REPO / "build")) / "tests" / "unit" / "fake-cuda"
 ARGS = ["--prompt-ids", "1,2,3", "--max-tokens", "4", "--temperature", "0", "--ignore-eos", "--json"]
-
-
-def fake_env(**knobs):
-    if not (FAKE / "libcuda.so.1").is_file():
-        pytest.skip(f"the stand-in driver is not built at {FAKE}")
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = f"{FAKE}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(FAKE)
-    env.update({f"LLMC_FAKE_CUDA_{k.upper()}": str(v) for k, v in knobs.items()})
-    return env
 
 
 def run_with(env, cmd, timeout=300):

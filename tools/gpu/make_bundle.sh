@@ -6,14 +6,31 @@
 # load. Writes gpu-bundle/ and gpu-bundle.tar.xz (both git-ignored; the archive is what travels:
 # with the tracked files it stays well under the 64 MiB a device run may carry).
 #
-#   tools/gpu/make_bundle.sh [--target sm_90]
+#   tools/gpu/make_bundle.sh [--target sm_90] [--dir DIR] [--big-config CONFIG] [--no-archive]
+#
+# --dir: write DIR/gpu-bundle and DIR/gpu-bundle.tar.xz (default: the repository root).
+# --big-config: the config of the "llama3_8b_*" plans (default tests/gpu/llama3_8b_config.json);
+# the rehearsal of the GPU script against the stand-in driver (tests/cli/test_gpu_script.py)
+# passes a small one, as a host could not hold the 8B plans' weights.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 BUILD=${LLMC_BUILD_DIR:-$ROOT/build}
 TARGET=sm_90
-[ "${1:-}" = "--target" ] && TARGET=$2
-OUT=$ROOT/gpu-bundle
+BIG_CONFIG=$ROOT/tests/gpu/llama3_8b_config.json
+ARCHIVE=1
+DIR=$ROOT
+while [ $# -gt 0 ]; do
+  case $1 in
+    --target) TARGET=$2; shift 2 ;;
+    --big-config) BIG_CONFIG=$(realpath "$2"); shift 2 ;;
+    --dir) mkdir -p "$2"; DIR=$(realpath "$2"); shift 2 ;;
+    --no-archive) ARCHIVE=0; shift ;;
+    *) echo "make_bundle.sh: unknown option $1 (--target SM, --dir DIR, --big-config CONFIG, --no-archive)" >&2
+       exit 2 ;;
+  esac
+done
+OUT=$DIR/gpu-bundle
 LLMC=$BUILD/tools/llmc
 [ -x "$LLMC" ] && [ -x "$BUILD/tools/llmrt" ] || { echo "build first (tools/setup.sh --no-run)" >&2; exit 1; }
 rm -rf "$OUT"
@@ -93,7 +110,7 @@ compile() { "$LLMC" compile -q "$@"; }
 # Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like: embedding and lm_head stay
 # bf16) and dense bf16.
 CFG=$(mktemp -d)
-cp "$ROOT/tests/gpu/llama3_8b_config.json" "$CFG/config.json"
+cp "$BIG_CONFIG" "$CFG/config.json"
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target "$TARGET" --weight-dtype bf16 \
@@ -187,13 +204,15 @@ python3 "$ROOT/tools/gpu/serve_check.py" --url http://127.0.0.1:18086 --record "
 kill -TERM $SERVE; wait $SERVE || true
 
 cp "$ROOT/tools/gpu/run_checks.sh" "$ROOT/tools/gpu/compare_logits.py" "$ROOT/tools/gpu/hf_decode_bench.py" \
-   "$ROOT/tools/gpu/serve_check.py" "$ROOT/tests/gpu/llama3_8b_config.json" "$OUT/"
+   "$ROOT/tools/gpu/serve_check.py" "$OUT/"
+cp "$BIG_CONFIG" "$OUT/llama3_8b_config.json"
 du -sh "$OUT"
 # What travels: the bundle compressed (the plans' PTX and CUBIN shrink ~3.5x), since the device
 # run carries the working tree (~19 MiB tracked) plus this within 64 MiB, which the bundle itself
 # (~60 MiB) no longer fits. On the device: tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh
 # (Python's tarfile reads it too where xz is missing).
-rm -f "$ROOT/gpu-bundle.tar.xz"
-XZ_OPT='-6 -T0' tar -C "$ROOT" -cJf "$ROOT/gpu-bundle.tar.xz" gpu-bundle
-du -sh "$ROOT/gpu-bundle.tar.xz"
+rm -f "$DIR/gpu-bundle.tar.xz"
+[ "$ARCHIVE" = 1 ] || exit 0
+XZ_OPT='-6 -T0' tar -C "$DIR" -cJf "$DIR/gpu-bundle.tar.xz" gpu-bundle
+du -sh "$DIR/gpu-bundle.tar.xz"
 echo "carry gpu-bundle.tar.xz; on the device: tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh"
