@@ -222,19 +222,87 @@ void for_each_cuda_header(const Format& f, int64_t k, int only, Move&& move) {
     }
 }
 
+// cuda_mma_n8's code positions, computed once per tensor shape rather than per element
+// (cuda_mma_code_pos per element made packing take most of the load time of a Llama-3-8B-shaped
+// plan with synthetic int4 weights). They repeat: within a span, row r's codes lie 4 m W bytes
+// after row r - 1's (lane 4 r + q, m sub-blocks of W bytes each); whole spans differ by their
+// start; in the row layout, element c of a sub-block lies where element c of the first one does,
+// from the sub-block's start.
+struct CudaCodeMaps {
+  int64_t W, start, span_bytes, full_spans, tail_m;
+  CodePos full[128], tail[128];  // row 0's codes of a whole / of the short last span, from its start
+  CodePos in_sub[kSubBlock];
+
+  CudaCodeMaps(const Format& f, int64_t k)
+      : W(f.bits == 4 ? 4 : 8), start(cuda_mma_code_pos(f, k, 0, 0).byte),
+        span_bytes(kTileRows * 128 * f.bits / 8), full_spans(k / 128), tail_m(k % 128 / kSubBlock) {
+    auto span_table = [&](int64_t span, int64_t m, CodePos* t) {
+      for (int64_t e = 0; e < m * kSubBlock; ++e) {
+        t[e] = cuda_mma_code_pos(f, k, 0, span * 128 + e);
+        t[e].byte -= start + span * span_bytes;
+      }
+    };
+    if (full_spans > 0) span_table(0, 4, full);
+    if (tail_m > 0) span_table(full_spans, tail_m, tail);
+    const int64_t first = row_code_pos(f, k, 0).byte;
+    for (int c = 0; c < kSubBlock; ++c) {
+      in_sub[c] = row_code_pos(f, k, c);
+      in_sub[c].byte -= first;
+    }
+  }
+  int64_t spans() const { return full_spans + (tail_m > 0); }
+  int64_t m(int64_t span) const { return span < full_spans ? 4 : tail_m; }
+  const CodePos* table(int64_t span) const { return span < full_spans ? full : tail; }
+  int64_t at(int64_t span, int r) const { return start + span * span_bytes + 4 * r * m(span) * W; }
+  // Where the span's codes lie in a row of the row layout (element e: from[e], shift[e]).
+  void row_sources(const Format& f, int64_t k, int64_t span, int64_t* from, uint8_t* shift) const {
+    for (int64_t j = 0; j < m(span); ++j) {
+      const int64_t sub = row_code_pos(f, k, span * 128 + j * kSubBlock).byte;
+      for (int c = 0; c < kSubBlock; ++c) {
+        from[j * kSubBlock + c] = sub + in_sub[c].byte;
+        shift[j * kSubBlock + c] = static_cast<uint8_t>(in_sub[c].shift);
+      }
+    }
+  }
+};
+
 void cuda_pack_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nrows, uint8_t* tile) {
   const int64_t rb = *row_bytes(f, k);
   std::memset(tile, 0, static_cast<size_t>(kTileRows * rb));
   for_each_cuda_header(f, k, -1, [&](int64_t to, int r, int64_t ro, int64_t n) {
     if (r < nrows) std::memcpy(tile + to, rows + r * rb + ro, static_cast<size_t>(n));
   });
+  // Each tile byte written once, whole, from its codes (one int8 code, or two int4 ones: slot
+  // 0 the low nibble): for each byte of a row's part of a span, the span elements in its slots.
+  const CudaCodeMaps maps(f, k);
   const unsigned mask = (1u << f.bits) - 1;
-  for (int r = 0; r < nrows; ++r)
-    for (int64_t e = 0; e < k; ++e) {
-      const CodePos from = row_code_pos(f, k, e), to = cuda_mma_code_pos(f, k, r, e);
-      const unsigned code = (rows[r * rb + from.byte] >> from.shift) & mask;
-      tile[to.byte] = static_cast<uint8_t>(tile[to.byte] | (code << to.shift));
+  const int per_byte = 8 / f.bits;
+  int16_t slots_full[128], slots_tail[128];
+  for (int64_t e = 0; e < 4 * kSubBlock; ++e) {
+    if (e < maps.tail_m * kSubBlock)
+      slots_tail[maps.tail[e].byte * per_byte + maps.tail[e].shift / f.bits] = static_cast<int16_t>(e);
+    if (maps.full_spans > 0)
+      slots_full[maps.full[e].byte * per_byte + maps.full[e].shift / f.bits] = static_cast<int16_t>(e);
+  }
+  int64_t from[128];
+  uint8_t shift[128];
+  for (int64_t span = 0; span < maps.spans(); ++span) {
+    maps.row_sources(f, k, span, from, shift);
+    const int16_t* slots = span < maps.full_spans ? slots_full : slots_tail;
+    const int64_t bytes = maps.m(span) * kSubBlock / per_byte;
+    for (int r = 0; r < nrows; ++r) {
+      const uint8_t* row = rows + r * rb;
+      uint8_t* out = tile + maps.at(span, r);
+      for (int64_t o = 0; o < bytes; ++o) {
+        unsigned b = 0;
+        for (int i = 0; i < per_byte; ++i) {
+          const int e = slots[o * per_byte + i];
+          b |= ((row[from[e]] >> shift[e]) & mask) << (i * f.bits);
+        }
+        out[o] = static_cast<uint8_t>(b);
+      }
     }
+  }
 }
 
 void cuda_unpack_row(const Format& f, int64_t k, const uint8_t* tile, int r, uint8_t* row) {
@@ -243,11 +311,18 @@ void cuda_unpack_row(const Format& f, int64_t k, const uint8_t* tile, int r, uin
   for_each_cuda_header(f, k, r, [&](int64_t to, int, int64_t ro, int64_t n) {
     std::memcpy(row + ro, tile + to, static_cast<size_t>(n));
   });
+  const CudaCodeMaps maps(f, k);
   const unsigned mask = (1u << f.bits) - 1;
-  for (int64_t e = 0; e < k; ++e) {
-    const CodePos from = cuda_mma_code_pos(f, k, r, e), to = row_code_pos(f, k, e);
-    const unsigned code = (tile[from.byte] >> from.shift) & mask;
-    row[to.byte] = static_cast<uint8_t>(row[to.byte] | (code << to.shift));
+  int64_t to[128];
+  uint8_t shift[128];
+  for (int64_t span = 0; span < maps.spans(); ++span) {
+    maps.row_sources(f, k, span, to, shift);
+    const CodePos* t = maps.table(span);
+    const uint8_t* in = tile + maps.at(span, r);
+    for (int64_t e = 0; e < maps.m(span) * kSubBlock; ++e) {
+      const unsigned code = (in[t[e].byte] >> t[e].shift) & mask;
+      row[to[e]] = static_cast<uint8_t>(row[to[e]] | (code << shift[e]));
+    }
   }
 }
 
@@ -415,13 +490,17 @@ void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
       }
     }
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    const float qlo = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? -8 : lo);
+    const float qhi = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? 7 : hi);
+    // The scaled value clamped to the codes' range, then rounded to nearest, ties to even (as
+    // nearbyint in the default rounding mode; clamping first gives the same code, as both steps
+    // keep order and integers): adding and subtracting 1.5 * 2^23 leaves a float below 2^22 in
+    // magnitude rounded so, inline (nearbyint was a libm call per weight; without SSE4.1 in the
+    // baseline ISA the compiler does not inline it).
     auto code = [&](float val) {
-      int q;
-      if (f.offset == Offset::kSym) q = static_cast<int>(std::nearbyint(val * id));
-      else q = static_cast<int>(std::nearbyint((val - m) * id));
-      q = std::clamp(q, f.offset == Offset::kSym && f.bits == 4 ? -8 : lo,
-                     f.offset == Offset::kSym && f.bits == 4 ? 7 : hi);
-      return q;
+      float t = f.offset == Offset::kSym ? val * id : (val - m) * id;
+      t = std::min(std::max(t, qlo), qhi);
+      return static_cast<int>((t + 12582912.0f) - 12582912.0f);
     };
     uint8_t* q = out + hb;
     if (f.bits == 8) {
