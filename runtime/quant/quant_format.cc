@@ -83,13 +83,6 @@ uint16_t float_to_half(float x) {
 
 float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
-uint16_t float_to_bf16(float x) {
-  uint32_t b = std::bit_cast<uint32_t>(x);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x40u);  // nan
-  b += 0x7FFFu + ((b >> 16) & 1u);
-  return static_cast<uint16_t>(b >> 16);
-}
-
 int scale_bytes(ScaleType t) { return t == ScaleType::kF32 ? 4 : 2; }
 
 int64_t header_bytes(const Format& f) {
@@ -458,6 +451,42 @@ std::string check_row(const Format& f, const uint8_t* row, int64_t k) {
   return "";
 }
 
+namespace {
+
+// *mn, *mx: what std::min / std::max folded over v[0 .. n) from v[0] give (the first of equal
+// values kept), in 8 interleaved partial folds that the compiler keeps in vector registers (the
+// serial folds were most of quantizing's time). Their order matters for the sign of a zero only:
+// a zero result is the first zero of v, as the serial fold keeps it. (A NaN v[0] stays, others
+// are passed over, as there.)
+void min_max(const float* v, int64_t n, float* mn_out, float* mx_out) {
+  float mn[8], mx[8];
+  for (int l = 0; l < 8; ++l) mn[l] = mx[l] = v[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) {
+      mn[l] = std::min(mn[l], v[i + l]);
+      mx[l] = std::max(mx[l], v[i + l]);
+    }
+  for (; i < n; ++i) {
+    mn[0] = std::min(mn[0], v[i]);
+    mx[0] = std::max(mx[0], v[i]);
+  }
+  float a = mn[0], b = mx[0];
+  for (int l = 1; l < 8; ++l) {
+    a = std::min(a, mn[l]);
+    b = std::max(b, mx[l]);
+  }
+  if (a == 0.0f || b == 0.0f) {
+    const float* zero = std::find(v, v + n, 0.0f);
+    if (a == 0.0f) a = *zero;
+    if (b == 0.0f) b = *zero;
+  }
+  *mn_out = a;
+  *mx_out = b;
+}
+
+}  // namespace
+
 void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
   const int64_t g = group_elems(f, k);
   const int64_t gb = group_bytes(f, g), hb = header_bytes(f);
@@ -466,12 +495,9 @@ void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
   code_range(f, &lo, &hi);
   for (int64_t base = 0; base < k; base += g, out += gb) {
     const float* v = x + base;
-    float mn = v[0], mx = v[0], amax = 0.0f;
-    for (int64_t i = 0; i < g; ++i) {
-      mn = std::min(mn, v[i]);
-      mx = std::max(mx, v[i]);
-      amax = std::max(amax, std::fabs(v[i]));
-    }
+    float mn, mx;
+    min_max(v, g, &mn, &mx);
+    const float amax = std::max(std::fabs(mn), std::fabs(mx));  // max |v[i]|
     float d, m = 0.0f;
     int z = 0;
     if (f.offset == Offset::kSym) {
@@ -497,23 +523,24 @@ void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
     // keep order and integers): adding and subtracting 1.5 * 2^23 leaves a float below 2^22 in
     // magnitude rounded so, inline (nearbyint was a libm call per weight; without SSE4.1 in the
     // baseline ISA the compiler does not inline it).
+    // (val - 0) * id is val * id, bit for bit: one expression for every offset kind)
+    const float sub = f.offset == Offset::kSym ? 0.0f : m;
     auto code = [&](float val) {
-      float t = f.offset == Offset::kSym ? val * id : (val - m) * id;
+      float t = (val - sub) * id;
       t = std::min(std::max(t, qlo), qhi);
       return static_cast<int>((t + 12582912.0f) - 12582912.0f);
     };
     uint8_t* q = out + hb;
-    if (f.bits == 8) {
-      for (int64_t i = 0; i < g; ++i) q[i] = static_cast<uint8_t>(static_cast<int8_t>(code(v[i])));
-      if (f.offset != Offset::kSym)
-        for (int64_t i = 0; i < g; ++i) q[i] = static_cast<uint8_t>(code(v[i]));
+    if (f.bits == 8) {  // (signed codes as their two's complement bytes)
+      for (int64_t i = 0; i < g; ++i) q[i] = static_cast<uint8_t>(code(v[i]));
       continue;
     }
     const int bias = f.offset == Offset::kSym ? 8 : 0;
-    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2)
-      for (int i = 0; i < 16; ++i)
-        q[i] = static_cast<uint8_t>((code(v[sbk + i]) + bias) |
-                                    ((code(v[sbk + i + 16]) + bias) << 4));
+    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2) {
+      int c[kSubBlock];
+      for (int i = 0; i < kSubBlock; ++i) c[i] = code(v[sbk + i]) + bias;
+      for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(c[i] | (c[i + 16] << 4));
+    }
   }
 }
 

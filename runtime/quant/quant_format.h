@@ -60,6 +60,7 @@
 // the tests check it against the fragment rule; a tile is 8 row_bytes, like the CPU tiles.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -138,7 +139,13 @@ float store_scale(ScaleType t, float x, uint8_t* p);
 float half_to_float(uint16_t bits);
 uint16_t float_to_half(float x);      // round to nearest even, saturating to +-inf like IEEE
 float bf16_to_float(uint16_t bits);
-uint16_t float_to_bf16(float x);      // round to nearest even
+/// Round to nearest even (inline: the synthetic weights convert billions of them).
+inline uint16_t float_to_bf16(float x) {
+  uint32_t b = std::bit_cast<uint32_t>(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x40u);  // nan
+  b += 0x7FFFu + ((b >> 16) & 1u);
+  return static_cast<uint16_t>(b >> 16);
+}
 
 /// Dequantizes one row of k elements (k valid for f: row_bytes(f, k) ok).
 void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out);

@@ -4,6 +4,7 @@
 // double-precision dot product over the dequantized weights for the accuracy of the fast contract.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -121,6 +122,87 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
         ASSERT_LE(std::fabs(y[i] - x[i]), 0.5f * step * 1.01f + 1e-6f) << name << " at " << i;
     }
     if (f.offset != quant::Offset::kMin) EXPECT_EQ(y[3], 0.0f) << name;  // zero stays exact
+  }
+}
+
+// quantize_row's bytes against its definition spelled out serially here: per group the min and
+// max folded from the first element (the first of equal values kept: the sign of a zero), round
+// to nearest even with nearbyint, then clamped; on rows that probe the fast path's shortcuts
+// (signed zeros, all zeros, ties at half a step, values beyond the codes' range).
+std::vector<uint8_t> serial_quantize(const Format& f, const std::vector<float>& x) {
+  const int64_t k = static_cast<int64_t>(x.size()), g = quant::group_elems(f, k);
+  const int sb = quant::scale_bytes(f.scale);
+  const bool sym = f.offset == quant::Offset::kSym;
+  const int lo = f.bits == 8 ? (sym ? -127 : 0) : (sym ? -8 : 0);
+  const int hi = f.bits == 8 ? (sym ? 127 : 255) : (sym ? 7 : 15);
+  std::vector<uint8_t> out(*quant::row_bytes(f, k), 0);
+  for (int64_t base = 0, at = 0; base < k; base += g, at += quant::group_bytes(f, g)) {
+    float mn = x[base], mx = x[base], amax = 0.0f;
+    for (int64_t i = base; i < base + g; ++i) {
+      mn = std::min(mn, x[i]);
+      mx = std::max(mx, x[i]);
+      amax = std::max(amax, std::fabs(x[i]));
+    }
+    float d, m = 0.0f;
+    if (sym) {
+      d = quant::store_scale(f.scale, amax / (f.bits == 8 ? 127.0f : 7.0f), &out[at]);
+    } else {
+      mn = std::min(mn, 0.0f);
+      mx = std::max(mx, 0.0f);
+      d = quant::store_scale(f.scale, (mx - mn) / static_cast<float>(hi), &out[at]);
+      if (f.offset == quant::Offset::kMin) {
+        m = quant::store_scale(f.scale, mn, &out[at + sb]);
+      } else {
+        const int z = std::clamp(d > 0.0f ? static_cast<int>(std::nearbyint(-mn / d)) : 0, 0, hi);
+        out[at + sb] = static_cast<uint8_t>(z);
+        m = -d * static_cast<float>(z);
+      }
+    }
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int64_t i = 0; i < g; ++i) {
+      const float t = sym ? x[base + i] * id : (x[base + i] - m) * id;
+      const int code = std::clamp(static_cast<int>(std::nearbyint(t)), lo, hi);
+      uint8_t* q = &out[at + quant::header_bytes(f)];
+      if (f.bits == 8) {
+        q[i] = static_cast<uint8_t>(code);
+      } else {  // sub-blocks of 32: element c in byte c % 16, high nibble for c >= 16
+        const int64_t sub = i / 32, c = i % 32;
+        q[sub * 16 + c % 16] |= static_cast<uint8_t>((code + (sym ? 8 : 0)) << (c < 16 ? 0 : 4));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(QuantFormat, QuantizeRowIsItsSerialDefinition) {
+  const int64_t k = 256;
+  std::vector<std::vector<float>> rows;
+  rows.push_back(random_vec(k, 41, 0.05f));
+  std::vector<float> zeros(k, 0.0f), signed_zeros(k, 0.0f), ties = random_vec(k, 42, 0.05f);
+  for (int64_t i = 0; i < k; i += 3) signed_zeros[i] = -0.0f;  // the first zero of a group: -0 or +0
+  for (int64_t i = 0; i < k; i += 7) signed_zeros[i] = 0.25f;
+  for (int64_t i = 0; i < k; ++i)
+    if (i % 64 >= 32) signed_zeros[i] = -signed_zeros[i];       // non-positive groups: max is a zero
+  signed_zeros[32] = 0.0f;                                       // a +0 first where -0 follows
+  // Groups (of every size here) whose least value is a zero of either sign: the first zero
+  // decides, also where a zero of the other sign comes 8 elements later (the next fold lane).
+  std::vector<float> first_zero(k, 0.25f);
+  for (int64_t b = 0; b < k; b += 32) {
+    first_zero[b + 1] = b % 64 == 0 ? 0.0f : -0.0f;
+    first_zero[b + 8] = b % 64 == 0 ? -0.0f : 0.0f;
+  }
+  rows.push_back(first_zero);
+  for (int64_t i = 0; i < k; i += 5) ties[i] = 0.0375f * static_cast<float>(i % 9 - 4);  // exact k/2 steps
+  rows.push_back(zeros);
+  rows.push_back(signed_zeros);
+  rows.push_back(ties);
+  for (const char* name : kAllFormats) {
+    const Format f = *quant::parse_format(name);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::vector<uint8_t> q(*quant::row_bytes(f, k));
+      quant::quantize_row(f, rows[r].data(), k, q.data());
+      EXPECT_EQ(q, serial_quantize(f, rows[r])) << name << " row " << r;
+    }
   }
 }
 
