@@ -19,8 +19,8 @@ import pytest
 
 from conftest import REPO, fake_env, run
 
-STAGES = ["env", "diff", "long", "bench", "gemv", "hf", "graphs", "sampling", "profile", "prefill", "depth",
-          "serve", "sanitizer", "hfcompiled"]
+STAGES = ["env", "diff", "long", "serve", "sanitizer", "bench", "hf", "hfcompiled", "profile", "gemv", "graphs",
+          "sampling", "depth", "prefill"]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,8 @@ def test_every_stage_runs_within_its_budget(rehearsal):
     assert "Fake CUDA device" in results  # the stand-in answered, not some real driver
     for stage in STAGES:
         assert f"\n## {stage} (at " in results, f"stage {stage} did not run:\n{results[-2000:]}"
+    at = [results.index(f"\n## {stage} (at ") for stage in STAGES]
+    assert at == sorted(at), "the stages ran out of their order of importance"
     assert "budget left" not in results, results
     assert re.search(r"\ntotal \d+ s; status 1\n", results), results[-500:]
     assert proc.returncode == 1

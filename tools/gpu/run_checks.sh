@@ -3,8 +3,8 @@
 # tools/gpu/make_bundle.sh prepared gpu-bundle/ (a prebuilt llmrt with its libraries, small plans
 # and the CPU backend's reference outputs for them; the device needs no toolchain and no network).
 #
-# Stages, in order of importance; each runs only if the time budget still holds it, else it says
-# it skipped and why:
+# Stages, in order of importance (what issue 7 asks to show first, then what explains the
+# figures); each runs only if the time budget still holds it, else it says it skipped and why:
 #   env        nvidia-smi, `llmrt devices` (driver, device, the image every kernel loads, memory)
 #   diff       every small plan's logits at every prompt position on the GPU against the CPU
 #              backend (reference contract, computed by make_bundle.sh), tolerance a fraction of
@@ -12,30 +12,30 @@
 #              prompts of different lengths in one step; sampled continuations (temperature 1,
 #              top-p 0.9) drawn by the sampling kernel against --no-device-sampling's host draws
 #   long       1500-token prompts in steps of 16 (split attention) and 512 (tiled attention)
-#   bandwidth  device read bandwidth (a 4 GiB device-to-device copy through PyTorch)
+#   serve      llmrt serve --device cuda under 12 concurrent requests
+#   sanitizer  compute-sanitizer memcheck / racecheck on small plans
+#   bandwidth  device read bandwidth (a sum over 4 GiB through PyTorch; a copy's for reference)
 #   bench      llmrt bench on Llama-3-8B shapes (int4-g128, bf16): prefill 512/2048, decode at
 #              batch 1 and 32, next to the bandwidth bound (weight bytes per token / bandwidth)
+#   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
+#   hfcompiled transformers under torch.compile with a static cache
+#   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
 #   gemv       int4-g128 decode (batch 1 and 8) on the GEMV over f32 activations, to compare with the
 #              default int8-activation (dp4a) GEMV of the bench stage; and with a quantize_q8
 #              launch before each GEMV (--no-fused-quantize); bf16 decode with each layer's
-#              rope_kv_store launched apart from its attention (--no-rope-in-attention); both
-#              8B plans' batch-1 decode with each layer's silu_mul launched apart from its gate|up
+#              rope_kv_store launched apart from its attention (--no-rope-in-attention); both 8B
+#              plans' batch-1 decode with each layer's silu_mul launched apart from its gate|up
 #              GEMV (--no-silu-in-gemv), and with each add_rms_norm launched apart from the GEMV
-#              before it (--no-norm-in-gemv); both 8B
-#              plans' batch-1 decode with GEMVs that ask the L2 for nothing before their wait on
-#              the kernel before them (plans compiled with --gemv-l2-prefetch 0)
-#   hf         Hugging Face transformers eager on the same shapes (bf16, batch 1 and 32)
+#              before it (--no-norm-in-gemv); both 8B plans' batch-1 decode with GEMVs that ask
+#              the L2 for nothing before their wait on the kernel before them (plans compiled
+#              with --gemv-l2-prefetch 0)
 #   graphs     batch-1 decode without CUDA graphs (what graphs save), and without programmatic
 #              dependent launch (what overlapping a kernel's launch with the previous kernel saves)
 #   sampling   int4-g128 decode at batch 1 and 32 sampled at temperature 1, and 0.6 with top-p 0.9
 #              (draws the summary cannot decide): on the device's sampling kernel, and with
 #              --no-device-sampling (rows copied back, drawn on the host)
-#   profile    device time per kernel (CUDA events), prefill 512 and batch-1 decode
-#   prefill    prefill without tensor cores, with per-row attention, bf16 and int4 without cuBLASLt
 #   depth      batch-1 decode after a 3968-token prompt (flash-decoding)
-#   serve      llmrt serve --device cuda under 12 concurrent requests
-#   sanitizer  compute-sanitizer memcheck / racecheck on small plans
-#   hfcompiled transformers under torch.compile with a static cache
+#   prefill    prefill without tensor cores, with per-row attention, bf16 and int4 without cuBLASLt
 # Results: $OUT/results.md (a table of every figure) and $OUT/raw.tgz (logs and JSON).
 #
 #   tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh   (the archive make_bundle.sh writes travels)
@@ -180,6 +180,40 @@ if stage long 30; then
   done
 fi
 
+if stage serve 20; then
+  say "llmrt serve --device cuda, tiny_llama_f32_tok: 12 concurrent completions (prompts of 3 to 90 token ids, greedy),"
+  say "each compared with llmrt run on the CPU (make_bundle.sh)."
+  "$LLMRT" serve "$B/plans/tiny_llama_f32_tok.fb" --device cuda --port 18087 --max-num-seqs 8 > "$RAW/serve.log" 2>&1 &
+  SERVE=$!
+  limit 60 python3 "$B/serve_check.py" --url http://127.0.0.1:18087 --expected "$B/ref/serve_expected.json" \
+    2>&1 | tee -a "$MD" || status=1
+  kill -TERM $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
+  tail -3 "$RAW/serve.log" | sed 's/^/    /' | tee -a "$MD"
+fi
+
+if stage sanitizer 40; then
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -z "$CS" ]; then
+    say "SKIPPED sanitizer: compute-sanitizer not found"
+  else
+    for spec in "memcheck tiny_llama_tc" "memcheck tiny_mistral_swa_kv8" "memcheck gptq4_desc_act_mma_tc" \
+                "racecheck tiny_llama_tc" "memcheck tiny_qwen2_bf16lib" "memcheck wide_vocab_f32" \
+                "racecheck wide_vocab_f32"; do
+      read -r tool plan <<< "$spec"
+      [ -f "$B/plans/$plan.fb" ] || continue
+      # shellcheck disable=SC2046
+      if limit 90 "$CS" --tool "$tool" --error-exitcode 9 "$LLMRT" run "$B/plans/$plan.fb" --device cuda \
+          --prompt-ids "$(cat "$B/ref/prompt80.ids")" --max-tokens 8 --temperature 0 --ignore-eos --json \
+          > "$RAW/sanitizer.$tool.$plan.log" 2>&1; then
+        say "$tool $plan: PASS ($(grep -m1 'ERROR SUMMARY' "$RAW/sanitizer.$tool.$plan.log" | sed 's/=* *//'))"
+      else
+        say "$tool $plan: FAIL"; grep -m8 -E 'Invalid|ERROR|Race|hazard|error' "$RAW/sanitizer.$tool.$plan.log" | tee -a "$MD"
+        status=1
+      fi
+    done
+  fi
+fi
+
 BW=0
 if [ -n "${CHECK_BANDWIDTH_GBS:-}" ]; then
   # (the rehearsal on the stand-in driver, tests/cli/test_gpu_script.py: nothing there to measure)
@@ -267,6 +301,24 @@ if stage bench 90; then
   done
 fi
 
+if stage hf 80; then
+  if python3 -c "import torch, transformers" 2>/dev/null; then
+    limit 200 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes eager \
+      --json "$RAW/hf_eager.json" 2>&1 | grep -v Warning | tee -a "$MD" || say "transformers eager bench FAILED"
+  else
+    say "SKIPPED hf: PyTorch/transformers not installed"
+  fi
+fi
+
+if stage hfcompiled 150; then
+  if python3 -c "import torch, transformers" 2>/dev/null; then
+    limit 240 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes compiled \
+      --json "$RAW/hf_compiled.json" 2>&1 | grep -v Warning | tail -4 | tee -a "$MD" || say "transformers compiled bench FAILED"
+  else
+    say "SKIPPED hfcompiled: PyTorch/transformers not installed"
+  fi
+fi
+
 # A bench of one plan with extra flags, its table into the results.
 bench_case() {  # TITLE PLAN SECONDS ARGS...
   local title=$1 plan=$2 t=$3
@@ -277,6 +329,13 @@ bench_case() {  # TITLE PLAN SECONDS ARGS...
   else say "FAILED:"; tail -5 "$RAW/$plan.$(echo "$*" | tr -c 'a-z0-9' _).txt" | tee -a "$MD"; status=1
   fi
 }
+
+if stage profile 50; then
+  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
+    bench_case "$plan, device time per kernel (CUDA events, launched one by one), prefill 512 and batch-1 decode:" \
+      "$plan" 100 --pp "${PROFILE_PP:-512}" --tg 32 --batch 0 -r 1 --profile
+  done
+fi
 
 if stage gemv 240; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
@@ -296,16 +355,6 @@ if stage gemv 240; then
       "$plan" 100 --pp 0 --tg 64 --batch 0 -r 2 --no-norm-in-gemv
   done
 fi
-
-if stage hf 80; then
-  if python3 -c "import torch, transformers" 2>/dev/null; then
-    limit 200 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes eager \
-      --json "$RAW/hf_eager.json" 2>&1 | grep -v Warning | tee -a "$MD" || say "transformers eager bench FAILED"
-  else
-    say "SKIPPED hf: PyTorch/transformers not installed"
-  fi
-fi
-
 
 if stage graphs 50; then
   for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
@@ -328,11 +377,9 @@ if stage sampling 60; then
   done
 fi
 
-if stage profile 50; then
-  for plan in llama3_8b_int4_g128 llama3_8b_bf16; do
-    bench_case "$plan, device time per kernel (CUDA events, launched one by one), prefill 512 and batch-1 decode:" \
-      "$plan" 100 --pp "${PROFILE_PP:-512}" --tg 32 --batch 0 -r 1 --profile
-  done
+if stage depth 40; then
+  bench_case "int4-g128, batch-1 decode after a 3968-token prompt (attention split over blocks):" \
+    llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 0 --depth 3968 -r 2
 fi
 
 if stage prefill 60; then
@@ -346,53 +393,5 @@ if stage prefill 60; then
     llama3_8b_bf16 100 --pp 512,2048 --tg 32 --batch 32 -r 2 --no-gemm-library
   bench_case "int4-g128 on the generated GEMV / TF32 tiles instead of dequant_bf16 + cuBLASLt (--no-gemm-library):" \
     llama3_8b_int4_g128 100 --pp 512,2048 --tg 32 --batch 16,32 -r 2 --no-gemm-library
-fi
-
-if stage depth 40; then
-  bench_case "int4-g128, batch-1 decode after a 3968-token prompt (attention split over blocks):" \
-    llama3_8b_int4_g128 100 --pp 0 --tg 64 --batch 0 --depth 3968 -r 2
-fi
-
-if stage serve 40; then
-  say "llmrt serve --device cuda, tiny_llama_f32_tok: 12 concurrent completions (prompts of 3 to 90 token ids, greedy),"
-  say "each compared with llmrt run on the CPU (make_bundle.sh)."
-  "$LLMRT" serve "$B/plans/tiny_llama_f32_tok.fb" --device cuda --port 18087 --max-num-seqs 8 > "$RAW/serve.log" 2>&1 &
-  SERVE=$!
-  limit 60 python3 "$B/serve_check.py" --url http://127.0.0.1:18087 --expected "$B/ref/serve_expected.json" \
-    2>&1 | tee -a "$MD" || status=1
-  kill -TERM $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
-  tail -3 "$RAW/serve.log" | sed 's/^/    /' | tee -a "$MD"
-fi
-
-if stage sanitizer 60; then
-  CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  if [ -z "$CS" ]; then
-    say "SKIPPED sanitizer: compute-sanitizer not found"
-  else
-    for spec in "memcheck tiny_llama_tc" "memcheck tiny_mistral_swa_kv8" "memcheck gptq4_desc_act_mma_tc" \
-                "racecheck tiny_llama_tc" "memcheck tiny_qwen2_bf16lib" "memcheck wide_vocab_f32" \
-                "racecheck wide_vocab_f32"; do
-      read -r tool plan <<< "$spec"
-      [ -f "$B/plans/$plan.fb" ] || continue
-      # shellcheck disable=SC2046
-      if limit 90 "$CS" --tool "$tool" --error-exitcode 9 "$LLMRT" run "$B/plans/$plan.fb" --device cuda \
-          --prompt-ids "$(cat "$B/ref/prompt80.ids")" --max-tokens 8 --temperature 0 --ignore-eos --json \
-          > "$RAW/sanitizer.$tool.$plan.log" 2>&1; then
-        say "$tool $plan: PASS ($(grep -m1 'ERROR SUMMARY' "$RAW/sanitizer.$tool.$plan.log" | sed 's/=* *//'))"
-      else
-        say "$tool $plan: FAIL"; grep -m8 -E 'Invalid|ERROR|Race|hazard|error' "$RAW/sanitizer.$tool.$plan.log" | tee -a "$MD"
-        status=1
-      fi
-    done
-  fi
-fi
-
-if stage hfcompiled 150; then
-  if python3 -c "import torch, transformers" 2>/dev/null; then
-    limit 400 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes compiled \
-      --json "$RAW/hf_compiled.json" 2>&1 | grep -v Warning | tail -4 | tee -a "$MD" || say "transformers compiled bench FAILED"
-  else
-    say "SKIPPED hfcompiled: PyTorch/transformers not installed"
-  fi
 fi
 finish
