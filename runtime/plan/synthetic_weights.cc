@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "runtime/base/mix.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/quant/quant_format.h"
 
 namespace llmrt {
@@ -24,10 +25,10 @@ inline float uniform_at(uint64_t base, int64_t i, float lo, float hi) {
   return lo + (hi - lo) * static_cast<float>(static_cast<int32_t>(s >> 40)) * (1.0f / 16777216.0f);
 }
 
-// out[i] = uniform_at(base, i, lo, hi) for i < k, compiled three times: for the baseline ISA,
-// AVX2 and AVX-512 (64-bit multiplies in vector registers), chosen at run time. The same IEEE
+// out[i] = uniform_at(base, i, lo, hi) for i < k, compiled for the CPU kernels' ISA levels
+// (runtime/cpu/cpu_features.h: baseline, AVX2, AVX-512) and run at the active one. The same IEEE
 // operations in the same order (-ffp-contract=off keeps multiplies and adds apart), so the same
-// floats on every machine; the scalar loop took ~3 ns a weight, most of an 8B model's load.
+// floats at every level; the scalar loop took ~3 ns a weight, most of an 8B model's load.
 __attribute__((always_inline)) inline void uniform_row(uint64_t base, float lo, float hi, float* out,
                                                        int64_t k) {
   for (int64_t i = 0; i < k; ++i) out[i] = uniform_at(base, i, lo, hi);
@@ -36,29 +37,29 @@ void uniform_row_baseline(uint64_t base, float lo, float hi, float* out, int64_t
   uniform_row(base, lo, hi, out, k);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void uniform_row_avx2(uint64_t base, float lo, float hi, float* out, int64_t k) {
+__attribute__((target("avx2,fma"))) void uniform_row_avx2(uint64_t base, float lo, float hi, float* out,
+                                                          int64_t k) {
   uniform_row(base, lo, hi, out, k);
 }
-__attribute__((target("avx2,avx512f,avx512dq,avx512vl"))) void uniform_row_avx512(uint64_t base, float lo, float hi,
-                                                                                float* out, int64_t k) {
+// (AVX-512 DQ's 64-bit multiplies too: without them the loop runs at half the speed, so the AVX2
+// loop serves a CPU without DQ, where no known one has AVX-512 VNNI.)
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512dq"))) void uniform_row_avx512(
+    uint64_t base, float lo, float hi, float* out, int64_t k) {
   uniform_row(base, lo, hi, out, k);
 }
 #endif
-using UniformRow = void (*)(uint64_t, float, float, float*, int64_t);
-UniformRow pick_uniform_row() {
+void uniform(uint64_t base, float lo, float hi, float* out, int64_t k) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return uniform_row_avx512;
-  if (__builtin_cpu_supports("avx2")) return uniform_row_avx2;
+  static const bool dq = (__builtin_cpu_init(), __builtin_cpu_supports("avx512dq") != 0);
+  if (active_isa() == CpuIsa::kAvx512Vnni && dq) return uniform_row_avx512(base, lo, hi, out, k);
+  if (active_isa() != CpuIsa::kScalar) return uniform_row_avx2(base, lo, hi, out, k);
 #endif
-  return uniform_row_baseline;
+  uniform_row_baseline(base, lo, hi, out, k);
 }
 
 // One row of f32 values per the rules in the header.
 void fill_row(uint64_t seed, uint64_t name_hash, int64_t row, bool matrix, bool bias, float* out,
               int64_t k) {
-  static const UniformRow uniform = pick_uniform_row();
   const uint64_t base = seed ^ mix64(name_hash ^ mix64(static_cast<uint64_t>(row)));
   if (matrix) {
     const float a = std::sqrt(3.0f / static_cast<float>(k));

@@ -271,12 +271,11 @@ void cuda_pack_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nro
   const unsigned mask = (1u << f.bits) - 1;
   const int per_byte = 8 / f.bits;
   int16_t slots_full[128], slots_tail[128];
-  for (int64_t e = 0; e < 4 * kSubBlock; ++e) {
-    if (e < maps.tail_m * kSubBlock)
-      slots_tail[maps.tail[e].byte * per_byte + maps.tail[e].shift / f.bits] = static_cast<int16_t>(e);
-    if (maps.full_spans > 0)
-      slots_full[maps.full[e].byte * per_byte + maps.full[e].shift / f.bits] = static_cast<int16_t>(e);
-  }
+  auto fill_slots = [&](const CodePos* t, int64_t m, int16_t* slots) {
+    for (int64_t e = 0; e < m * kSubBlock; ++e) slots[t[e].byte * per_byte + t[e].shift / f.bits] = static_cast<int16_t>(e);
+  };
+  if (maps.full_spans > 0) fill_slots(maps.full, 4, slots_full);
+  if (maps.tail_m > 0) fill_slots(maps.tail, maps.tail_m, slots_tail);
   int64_t from[128];
   uint8_t shift[128];
   for (int64_t span = 0; span < maps.spans(); ++span) {
@@ -522,8 +521,8 @@ void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
     // nearbyint in the default rounding mode; clamping first gives the same code, as both steps
     // keep order and integers): adding and subtracting 1.5 * 2^23 leaves a float below 2^22 in
     // magnitude rounded so, inline (nearbyint was a libm call per weight; without SSE4.1 in the
-    // baseline ISA the compiler does not inline it).
-    // (val - 0) * id is val * id, bit for bit: one expression for every offset kind)
+    // baseline ISA the compiler does not inline it). Symmetric codes subtract 0: (val - 0) * id
+    // is val * id bit for bit, so one expression serves every offset kind.
     const float sub = f.offset == Offset::kSym ? 0.0f : m;
     auto code = [&](float val) {
       float t = (val - sub) * id;

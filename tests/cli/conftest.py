@@ -21,11 +21,12 @@ def tool(name):
     return path
 
 
-def run(cmd, timeout=600):
-    """Runs a command; never raises on failure (tests look at returncode/stderr)."""
+def run(cmd, timeout=600, env=None):
+    """Runs a command (in `env`, else this process's environment); never raises on failure (tests
+    look at returncode/stderr)."""
     # errors="replace": messages may quote bytes of a corrupted input file.
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace",
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def ok(cmd, timeout=600):

@@ -23,11 +23,6 @@ from conftest import REPO, TINY, clean_error, fake_env, run
 ARGS = ["--prompt-ids", "1,2,3", "--max-tokens", "4", "--temperature", "0", "--ignore-eos", "--json"]
 
 
-def run_with(env, cmd, timeout=300):
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace",
-                          timeout=timeout, env=env)
-
-
 def write_byte_tokenizer(path):
     """A byte-level BPE tokenizer.json (GPT-2's byte table, a few merges) that fits the tiny vocabulary."""
     bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -77,7 +72,7 @@ def gpu_plan(llmc, tmp_path_factory):
 
 
 def test_devices_lists_the_device_and_the_images_it_loads(llmrt, gpu_plan):
-    proc = run_with(fake_env(), [llmrt, "devices", gpu_plan])
+    proc = run(env=fake_env(), cmd=[llmrt, "devices", gpu_plan])
     assert proc.returncode == 0, proc.stderr
     assert "CUDA driver 13.0, 1 device(s)" in proc.stdout, proc.stdout
     assert "0: Fake CUDA device (llmc tests), sm_90, 8.0 GiB" in proc.stdout, proc.stdout
@@ -87,30 +82,30 @@ def test_devices_lists_the_device_and_the_images_it_loads(llmrt, gpu_plan):
 
 def test_run_bench_and_profile_on_the_device(llmrt, gpu_plan):
     env = fake_env()
-    res = json.loads(run_with(env, [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS]).stdout)
+    res = json.loads(run(env=env, cmd=[llmrt, "run", gpu_plan, "--device", "cuda", *ARGS]).stdout)
     assert len(res["outputs"][0]["output_ids"]) == 4
     for extra in ([], ["--no-cuda-graphs"]):
-        proc = run_with(env, [llmrt, "bench", gpu_plan, "--device", "cuda", "--pp", "8", "--tg", "4", "--batch", "2",
+        proc = run(env=env, cmd=[llmrt, "bench", gpu_plan, "--device", "cuda", "--pp", "8", "--tg", "4", "--batch", "2",
                               "-r", "1", "--json", *extra])
         assert proc.returncode == 0, proc.stderr
         bench = json.loads(proc.stdout)
         assert bench["device"] == "cuda:0 (Fake CUDA device (llmc tests))"
         assert [t["name"] for t in bench["tests"]][:2] == ["pp8", "tg4"]
-    prof = run_with(env, [llmrt, "run", gpu_plan, "--device", "cuda", "--profile", *ARGS])
+    prof = run(env=env, cmd=[llmrt, "run", gpu_plan, "--device", "cuda", "--profile", *ARGS])
     assert prof.returncode == 0, prof.stderr
     assert "device time per kernel (CUDA events)" in prof.stderr + prof.stdout, prof.stderr
 
 
 def test_a_device_the_plan_cannot_run_on_is_a_clear_error(llmrt, gpu_plan):
-    older = run_with(fake_env(cc=80), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    older = run(env=fake_env(cc=80), cmd=[llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
     clean_error(older, "has images for sm_90", "sm_80", "recompile the plan with --target sm_80")
-    auto = run_with(fake_env(cc=80), [llmrt, "run", gpu_plan, "--device", "auto", *ARGS])
+    auto = run(env=fake_env(cc=80), cmd=[llmrt, "run", gpu_plan, "--device", "auto", *ARGS])
     assert auto.returncode == 0 and "running on the CPU" in auto.stderr, auto.stderr
-    old_driver = run_with(fake_env(version=12000), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    old_driver = run(env=fake_env(version=12000), cmd=[llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
     clean_error(old_driver, "CUDA 13.0 or newer; this driver supports CUDA 12.0")
-    small = run_with(fake_env(memory_mib=1), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    small = run(env=fake_env(memory_mib=1), cmd=[llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
     clean_error(small, "does not fit Fake CUDA device", "--memory-utilization 0.9:", "KiB")
-    no_graphs = run_with(fake_env(no_graphs=1), [llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
+    no_graphs = run(env=fake_env(no_graphs=1), cmd=[llmrt, "run", gpu_plan, "--device", "cuda", *ARGS])
     assert no_graphs.returncode == 0, no_graphs.stderr  # graphs are optional: steps launch one by one
 
 

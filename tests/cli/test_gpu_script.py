@@ -11,7 +11,6 @@ comparison. The stand-in runs no kernel, so the numbers are meaningless and the 
 (logits are zeros); those failures, and only those, are expected."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,8 +32,7 @@ def rehearsal(llmrt, tmp_path_factory):
     # The helpers run as python3 and need numpy: this interpreter's folder first on PATH.
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     env.update(OUT=str(top / "out"), RAW=str(top / "raw"), CHECK_BANDWIDTH_GBS="1000")
-    proc = subprocess.run(["bash", str(top / "gpu-bundle" / "run_checks.sh")], capture_output=True, text=True,
-                          errors="replace", timeout=900, env=env)
+    proc = run(["bash", top / "gpu-bundle" / "run_checks.sh"], timeout=900, env=env)
     results = (top / "out" / "results.md").read_text()
     return proc, results, top
 

@@ -22,6 +22,7 @@
 #include "runtime/cpu/vector_ops.h"
 #include "runtime/cpu/vexp.h"
 #include "runtime/quant/quant_format.h"
+#include "tests/unit/isa_guard.h"
 
 namespace llmrt {
 namespace {
@@ -44,12 +45,6 @@ void expect_near_all(const std::vector<float>& got, const std::vector<double>& w
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << "at " << i;
 }
-
-// Restores the ISA after a test that switches it.
-struct IsaGuard {
-  CpuIsa saved = active_isa();
-  ~IsaGuard() { set_active_isa(saved); }
-};
 
 // The SIMD dispatch levels this CPU can run (each one printed, so a log shows what was covered).
 std::vector<CpuIsa> simd_isas() {

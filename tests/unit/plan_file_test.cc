@@ -16,6 +16,7 @@
 #include "runtime/base/mix.h"
 #include "runtime/plan/synthetic_weights.h"
 #include "runtime/quant/quant_format.h"
+#include "tests/unit/isa_guard.h"
 #include "tests/unit/tiny_plan.h"
 
 namespace llmrt {
@@ -631,40 +632,45 @@ TEST(SyntheticWeights, SameBytesForAnyThreadCountAndValidRows) {
 }
 
 // The f32 tensors hold the header's draws, value for value, computed here one at a time with
-// scalar floats: the generator's vector loops (AVX2, AVX-512, chosen by the machine that runs
-// this) give the same floats.
+// scalar floats, at every ISA level of the generator's loops that this CPU runs (baseline, AVX2,
+// AVX-512): the vector loops give the scalar floats.
 TEST(SyntheticWeights, F32TensorsAreTheDocumentedDraws) {
   auto plan = Plan::open(std::string(LLMRT_TEST_SOURCE_DIR) + "/tests/fuzz/corpus/plan/micro_llama.fb");
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   const fb::Plan& p = (*plan)->fb();
-  std::vector<uint8_t> w(p.weights_size());
   const uint64_t seed = 1234567;
-  ASSERT_TRUE(generate_synthetic_weights(p, seed, w.data(), w.size(), 2).ok());
-  int checked = 0;
-  for (const fb::Tensor* t : *p.tensors()) {
-    if (t->dtype() != fb::DType::F32 || (t->quant() && t->quant()->size() > 0)) continue;
-    const std::string name = t->name()->str();
-    const bool matrix = t->shape()->size() == 2, bias = name.find(".bias") != std::string::npos;
-    const int64_t n = matrix ? t->shape()->Get(0) : 1, k = t->shape()->Get(t->shape()->size() - 1);
-    const uint64_t h = XXH3_64bits(name.data(), name.size());
-    const float a = std::sqrt(3.0f / static_cast<float>(k));
-    for (int64_t r = 0; r < n; ++r) {
-      const uint64_t base = seed ^ mix64(h ^ mix64(static_cast<uint64_t>(r)));
-      for (int64_t i = 0; i < k; ++i) {
-        const uint64_t bits = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
-        auto uniform = [&](float lo, float hi) {  // 24 random bits scaled into [lo, hi)
-          return lo + (hi - lo) * static_cast<float>(bits) * (1.0f / 16777216.0f);
-        };
-        const float want = matrix ? uniform(-a, a) : bias ? uniform(-0.02f, 0.02f) : 1.0f + uniform(-0.1f, 0.1f);
-        float got;
-        std::memcpy(&got, w.data() + t->offset() + (r * k + i) * 4, 4);
-        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-            << name << " row " << r << " element " << i;
+  IsaGuard guard;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (static_cast<int>(isa) > static_cast<int>(detected_isa())) continue;
+    set_active_isa(isa);
+    std::vector<uint8_t> w(p.weights_size());
+    ASSERT_TRUE(generate_synthetic_weights(p, seed, w.data(), w.size(), 2).ok());
+    int checked = 0;
+    for (const fb::Tensor* t : *p.tensors()) {
+      if (t->dtype() != fb::DType::F32 || (t->quant() && t->quant()->size() > 0)) continue;
+      const std::string name = t->name()->str();
+      const bool matrix = t->shape()->size() == 2, bias = name.find(".bias") != std::string::npos;
+      const int64_t n = matrix ? t->shape()->Get(0) : 1, k = t->shape()->Get(t->shape()->size() - 1);
+      const uint64_t h = XXH3_64bits(name.data(), name.size());
+      const float a = std::sqrt(3.0f / static_cast<float>(k));
+      for (int64_t r = 0; r < n; ++r) {
+        const uint64_t base = seed ^ mix64(h ^ mix64(static_cast<uint64_t>(r)));
+        for (int64_t i = 0; i < k; ++i) {
+          const uint64_t bits = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
+          auto uniform = [&](float lo, float hi) {  // 24 random bits scaled into [lo, hi)
+            return lo + (hi - lo) * static_cast<float>(bits) * (1.0f / 16777216.0f);
+          };
+          const float want = matrix ? uniform(-a, a) : bias ? uniform(-0.02f, 0.02f) : 1.0f + uniform(-0.1f, 0.1f);
+          float got;
+          std::memcpy(&got, w.data() + t->offset() + (r * k + i) * 4, 4);
+          ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+              << isa_name(isa) << ": " << name << " row " << r << " element " << i;
+        }
       }
+      ++checked;
     }
-    ++checked;
+    EXPECT_GT(checked, 2);
   }
-  EXPECT_GT(checked, 2);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/quant/quant_format.h"
+#include "tests/unit/isa_guard.h"
 
 namespace llmrt {
 namespace {
@@ -31,11 +32,6 @@ std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
-
-struct IsaGuard {
-  CpuIsa saved = active_isa();
-  ~IsaGuard() { set_active_isa(saved); }
-};
 
 const char* kAllFormats[] = {
     "int4-g32-f16-sym", "int4-g32-f16-min", "int4-g32-f16-zp",  "int8-g32-f16-sym",

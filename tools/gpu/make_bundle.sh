@@ -209,7 +209,7 @@ cp "$BIG_CONFIG" "$OUT/llama3_8b_config.json"
 du -sh "$OUT"
 # What travels: the bundle compressed (the plans' PTX and CUBIN shrink ~3.5x), since the device
 # run carries the working tree (~19 MiB tracked) plus this within 64 MiB, which the bundle itself
-# (~60 MiB) no longer fits. On the device: tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh
+# (~80 MiB) no longer fits. On the device: tar -xJf gpu-bundle.tar.xz && bash gpu-bundle/run_checks.sh
 # (Python's tarfile reads it too where xz is missing).
 rm -f "$DIR/gpu-bundle.tar.xz"
 [ "$ARCHIVE" = 1 ] || exit 0
