@@ -71,15 +71,16 @@ constexpr int kWidth = kHkv * kHd;
 } // namespace
 )cuda";
 
-constexpr const char *kKvStoreTemplate = R"cuda(// llmc kernel: kv_store, kv_heads=${HKV} head_dim=${HD} block_size=${BS}
+// f32, bf16 or f16 cache (KvElem, detail::kvElementSource): each element as toKv rounds it.
+constexpr const char *kKvStoreTemplate = R"cuda(// llmc kernel: kv_store, kv_heads=${HKV} head_dim=${HD} block_size=${BS} kv=${KV}
 // Params: (const float *k, const float *v, const long long *kv_slots,
-//          float *k_cache, float *v_cache, int T)
+//          ${ELEM} *k_cache, ${ELEM} *v_cache, int T)
 // Launch: blockDim.x = ${BLOCK}, gridDim.x = T (grid-stride over rows).
-${CONSTANTS}
+${CONSTANTS}${KV_ELEMENT}
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
-         const long long *__restrict__ kv_slots, float *__restrict__ k_cache,
-         float *__restrict__ v_cache, int T) {
+         const long long *__restrict__ kv_slots, KvElem *__restrict__ k_cache,
+         KvElem *__restrict__ v_cache, int T) {
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
     const long long slot = kv_slots[row];
     if (slot < 0)
@@ -88,8 +89,8 @@ ${ENTRY}(const float *__restrict__ k, const float *__restrict__ v,
     for (int i = threadIdx.x; i < kWidth; i += kBlock) {
       const int head = i / kHd, d = i % kHd;
       const long long dst = ((block * kHkv + head) * kBs + offset) * kHd + d;
-      k_cache[dst] = k[(long long)row * kWidth + i];
-      v_cache[dst] = v[(long long)row * kWidth + i];
+      k_cache[dst] = toKv(k[(long long)row * kWidth + i]);
+      v_cache[dst] = toKv(v[(long long)row * kWidth + i]);
     }
   }
 }
@@ -154,6 +155,28 @@ __device__ __forceinline__ void storeRowI8(Value value, signed char *codes, floa
     *scale = s;
 }
 )cuda";
+
+std::string detail::kvElementSource(const std::string &kvDtype) {
+  if (kvDtype == "f32")
+    return R"cuda(namespace {
+typedef float KvElem; // an f32 KV cache: elements as they are
+__device__ __forceinline__ KvElem toKv(float x) { return x; }
+__device__ __forceinline__ float fromKv(KvElem e) { return e; }
+} // namespace
+)cuda";
+  if (kvDtype != "bf16" && kvDtype != "f16")
+    return "";
+  const bool bf16 = kvDtype == "bf16";
+  return std::string(kFloatConversions) + detail::substitute(R"cuda(namespace {
+typedef unsigned short KvElem; // a ${KV} KV cache: rounded to nearest even when stored, exact when read
+__device__ __forceinline__ KvElem toKv(float x) { return ${TO}(x); }
+__device__ __forceinline__ float fromKv(KvElem e) { return ${FROM}(e); }
+} // namespace
+)cuda",
+                                                             {{"KV", kvDtype},
+                                                              {"TO", bf16 ? "floatToBf16" : "floatToHalf"},
+                                                              {"FROM", bf16 ? "bf16ToFloat" : "halfToFloat"}});
+}
 
 namespace {
 
@@ -773,11 +796,26 @@ __device__ __forceinline__ void cacheRead4(const signed char *c, const float *sc
 }
 )cuda";
 
-// Element d of cache row r (f32: as stored; int8: code * the row's scale, as the CPU dequantizes).
-constexpr const char *kF32Read = R"cuda(#define K_SCALES nullptr
+// 16-bit caches (bf16, f16): 4 elements in one 8-byte load, each converted exactly.
+constexpr const char *k16Read4 = R"cuda(#define K_SCALES nullptr
 #define V_SCALES nullptr
-__device__ __forceinline__ float cacheAt(const float *c, const float *, long long r, int d) {
-  return c[r * kHd + d];
+struct alignas(8) Elem4 {
+  unsigned u[2];
+};
+__device__ __forceinline__ void cacheRead4(const KvElem *c, const float *, long long r, int d, float out[4]) {
+  const Elem4 x = *reinterpret_cast<const Elem4 *>(c + r * kHd + d);
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    out[e] = fromKv((KvElem)(x.u[e / 2] >> (16 * (e % 2))));
+}
+)cuda";
+
+// Element d of cache row r (f32: as stored; bf16, f16: converted exactly; int8: code * the row's
+// scale, as the CPU dequantizes).
+constexpr const char *kKvRead = R"cuda(#define K_SCALES nullptr
+#define V_SCALES nullptr
+__device__ __forceinline__ float cacheAt(const KvElem *c, const float *, long long r, int d) {
+  return fromKv(c[r * kHd + d]);
 }
 )cuda";
 constexpr const char *kInt8Read = R"cuda(#define K_SCALES k_scales
@@ -837,13 +875,21 @@ constexpr const char *kLoadQRope = R"cuda(    const float *src = qkv + (long lon
     __syncthreads();
 )cuda";
 
-// f32 cache: k rotated in q's loop, v copied; the cache holds them as they are.
+// f32, bf16, f16 cache: k rotated in q's loop, v copied; an f32 cache holds them as they are,
+// a 16-bit one rounded (kOwnRead16).
 constexpr const char *kOwnBuildF32 = R"cuda(
       for (int d = tid; d < kHd; d += kBlock)
         vNew[d] = ownV[d];)cuda";
 constexpr const char *kOwnStoreF32 = R"cuda(
-        k_cache[r * kHd + d] = kNew[d];
-        v_cache[r * kHd + d] = vNew[d];)cuda";
+        k_cache[r * kHd + d] = toKv(kNew[d]);
+        v_cache[r * kHd + d] = toKv(vNew[d]);)cuda";
+// bf16 / f16 cache: as f32, k and v then rounded as the cache holds them (toKv: exact back).
+constexpr const char *kOwnRead16 = R"cuda(
+    if (own)
+      for (int d = tid; d < kHd; d += kBlock) {
+        kNew[d] = fromKv(toKv(kNew[d]));
+        vNew[d] = fromKv(toKv(vNew[d]));
+      })cuda";
 // int8 cache: k and v quantized by rope_kv_store's code (warps 0 and 1: storeRowI8 of rotatedAt
 // and of v) into shared codes and scales, read back dequantized as cacheAt reads the cache.
 constexpr const char *kOwnBuildInt8 = R"cuda(
@@ -884,6 +930,16 @@ llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int
 
 using Bindings = std::vector<std::pair<std::string, std::string>>;
 
+bool knownKvDtype(const std::string &d) { return d == "f32" || d == "bf16" || d == "f16" || d == "int8"; }
+
+// The C type of a cache element ("int8": the code; bf16, f16: the bit pattern).
+const char *kvElemType(const std::string &d) {
+  return d == "int8" ? "signed char" : d == "f32" ? "float" : "unsigned short";
+}
+
+// Bytes per cache element.
+int64_t kvElemBytes(const std::string &d) { return d == "int8" ? 1 : d == "f32" ? 4 : 2; }
+
 // The bindings both attention templates share: sizes, window, scale and the cache's element type.
 Bindings attentionBindings(const AttentionParams &p) {
   const bool i8 = p.cache.kvDtype == "int8";
@@ -893,17 +949,17 @@ Bindings attentionBindings(const AttentionParams &p) {
           {"BS", std::to_string(p.cache.blockSize)},
           {"WINDOW", std::to_string(p.slidingWindow)},
           {"SCALE", detail::floatLiteral(p.scale)},
-          {"ELEM", i8 ? "signed char" : "float"},
+          {"ELEM", kvElemType(p.cache.kvDtype)},
           {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
           {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""}};
 }
 
-// "llm_paged_attention_h32_kv8_d128_b16[_w4096][_i8]".
+// "llm_paged_attention_h32_kv8_d128_b16[_w4096][_i8|_bf16|_f16]".
 std::string attentionPrefix(const AttentionParams &p) {
   return "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" + std::to_string(p.cache.numKvHeads) + "_d" +
          std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
          (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
-         (p.cache.kvDtype == "int8" ? "_i8" : "");
+         (p.cache.kvDtype == "int8" ? "_i8" : p.cache.kvDtype == "f32" ? "" : "_" + p.cache.kvDtype);
 }
 
 // The tiled kernel's sizes (kTiledAttentionTemplate): 64 (row, head) pairs per block, key tiles
@@ -928,7 +984,9 @@ llmrt::StatusOr<KernelSpec> emitTiled(const AttentionParams &p) {
                                    {"ROWS", std::to_string(rows)},
                                    {"ITEMS", std::to_string(items)},
                                    {"MMA", detail::kTf32Mma},
-                                   {"CACHE_READ", i8 ? kInt8Read4 : kF32Read4}});
+                                   {"CACHE_READ", i8                         ? std::string(kInt8Read4)
+                                                  : p.cache.kvDtype == "f32" ? std::string(kF32Read4)
+                                                                             : detail::kvElementSource(p.cache.kvDtype) + k16Read4}});
   return detail::finishSpec("paged_attention", attentionPrefix(p) + "_tc",
                             detail::substitute(kTiledAttentionTemplate, bindings), 128,
                             "rows/" + std::to_string(rows) + "*" + std::to_string(items) + " + seqs*" +
@@ -939,8 +997,8 @@ llmrt::StatusOr<KernelSpec> emitTiled(const AttentionParams &p) {
 
 llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
   RETURN_IF_ERROR(checkCache("kv_store", p.numKvHeads, p.headDim, p.blockSize));
-  if (p.kvDtype != "f32" && p.kvDtype != "int8")
-    return llmrt::unimplemented("kv_store: kv dtype '" + p.kvDtype + "' has no GPU kernel (f32, int8)");
+  if (!knownKvDtype(p.kvDtype))
+    return llmrt::unimplemented("kv_store: kv dtype '" + p.kvDtype + "' has no GPU kernel (f32, bf16, f16, int8)");
   const bool i8 = p.kvDtype == "int8";
   // int8: one warp per head row (amax is a warp reduction), up to 8 warps.
   const int block = i8 ? 32 * static_cast<int>(std::min<int64_t>(8, p.numKvHeads))
@@ -953,10 +1011,15 @@ llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
   bindings.emplace_back("CONSTANTS", detail::substitute(kKvStoreConstants, sizes));
   if (i8)
     bindings.emplace_back("ROW_STORE", detail::kInt8RowStore);
+  else
+    bindings.insert(bindings.end(), {{"KV", p.kvDtype},
+                                     {"ELEM", kvElemType(p.kvDtype)},
+                                     {"KV_ELEMENT", detail::kvElementSource(p.kvDtype)}});
   std::string body = detail::substitute(i8 ? kKvStoreInt8Template : kKvStoreTemplate, bindings);
   return detail::finishSpec("kv_store",
                             "llm_kv_store_h" + std::to_string(p.numKvHeads) + "_d" + std::to_string(p.headDim) +
-                                "_b" + std::to_string(p.blockSize) + (i8 ? "_i8" : ""),
+                                "_b" + std::to_string(p.blockSize) +
+                                (i8 ? "_i8" : p.kvDtype == "f32" ? "" : "_" + p.kvDtype),
                             body, block, "rows");
 }
 
@@ -966,8 +1029,9 @@ bool tiledAttentionApplies(const AttentionParams &p) {
 
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   RETURN_IF_ERROR(checkCache("paged_attention", p.cache.numKvHeads, p.cache.headDim, p.cache.blockSize));
-  if (p.cache.kvDtype != "f32" && p.cache.kvDtype != "int8")
-    return llmrt::unimplemented("paged_attention: kv dtype '" + p.cache.kvDtype + "' has no GPU kernel (f32, int8)");
+  if (!knownKvDtype(p.cache.kvDtype))
+    return llmrt::unimplemented("paged_attention: kv dtype '" + p.cache.kvDtype +
+                                "' has no GPU kernel (f32, bf16, f16, int8)");
   const bool i8 = p.cache.kvDtype == "int8";
   if (p.numHeads <= 0 || p.numHeads % p.cache.numKvHeads != 0 || p.numHeads * p.cache.headDim > detail::kMaxDim)
     return llmrt::invalid_argument("paged_attention: " + std::to_string(p.numHeads) +
@@ -1009,8 +1073,11 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                                    {"COUNTERS_BYTES", std::to_string(countersBytes)},
                                    {"WORK", std::to_string(workBytes)},
                                    // the first tile's rows, when they are whole 16-byte units
-                                   {"PREFETCH_ROWS", p.cache.headDim * (i8 ? 1 : 4) % 16 == 0 ? std::to_string(block) : "0"},
-                                   {"CACHE_READ", i8 ? kInt8Read : kF32Read}});
+                                   {"PREFETCH_ROWS", p.cache.headDim * kvElemBytes(p.cache.kvDtype) % 16 == 0
+                                                         ? std::to_string(block)
+                                                         : "0"},
+                                   {"CACHE_READ", i8 ? std::string(kInt8Read)
+                                                     : detail::kvElementSource(p.cache.kvDtype) + kKvRead}});
   if (p.quantizedOutput && p.cache.headDim % 32 != 0)
     return llmrt::invalid_argument("paged_attention: int8 output rows need a head_dim that is a multiple of 32, not " +
                                    std::to_string(p.cache.headDim));
@@ -1061,7 +1128,9 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
               : "\n  __shared__ float kNew[kHd], vNew[kHd]; // the row's own k and v, as the cache holds them"},
        {"LOAD_Q", !rope ? kLoadQ
                         : detail::substitute(kLoadQRope, {{"OWN_BUILD", i8 ? kOwnBuildInt8 : kOwnBuildF32},
-                                                          {"OWN_READ", i8 ? kOwnReadInt8 : ""},
+                                                          {"OWN_READ", i8                         ? kOwnReadInt8
+                                                                       : p.cache.kvDtype == "f32" ? ""
+                                                                                                  : kOwnRead16},
                                                           {"OWN_STORE", i8 ? kOwnStoreInt8 : kOwnStoreF32}})},
        {"OWN_ROW", rope ? "j == p ? -1 : " : ""},
        {"K_AT", rope ? "r < 0 ? kNew[d] : cacheAt(k_cache, K_SCALES, r, d)" : "cacheAt(k_cache, K_SCALES, r, d)"},

@@ -155,6 +155,26 @@ __device__ __forceinline__ float halfToFloat(unsigned h) {
 __device__ __forceinline__ float bf16ToFloat(unsigned h) {
   return __uint_as_float(h << 16);
 }
+// float -> IEEE half bits, round to nearest, ties to even; past the largest finite half (65504)
+// rounds to infinity (cvt.rn.f16.f32; the CPU backend's quant::float_to_half, the same bits
+// spelled out for the host emulation; NaN stays NaN, quiet).
+__device__ __forceinline__ unsigned short floatToHalf(float f) {
+#ifndef LLMC_HOST_EMULATION
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  const unsigned u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) // inf, NaN
+    return (unsigned short)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x477ff000u) // 65520 and up: the tie above 65504 goes to the even infinity
+    return (unsigned short)(sign | 0x7c00u);
+  if (a < 0x38800000u) // below 2^-14: a subnormal half, a * 2^24 rounded to an integer (exact scaling)
+    return (unsigned short)(sign | (unsigned)rintf(__uint_as_float(a) * 16777216.0f));
+  const unsigned m = a + 0x0fffu + ((a >> 13) & 1u) - 0x38000000u; // rebias 127 -> 15, round
+  return (unsigned short)(sign | (m >> 13));
+#endif
+}
 // float -> bf16 bits, round to nearest, ties to even (as __float2bfloat16_rn and the CPU
 // backend round); NaN stays NaN (quiet), infinities stay infinite, values past bf16's largest
 // finite round to infinity as IEEE rounding does.

@@ -42,9 +42,14 @@ std::string substitute(std::string_view tmpl,
 /// barrier so `red` may be reused at once.
 extern const char *const kBlockReductions;
 
-/// CUDA source of halfToFloat, bf16ToFloat (exact), floatToBf16 (round to nearest even), the
-/// 16-byte Vec16 and loadFloat4.
+/// CUDA source of halfToFloat, bf16ToFloat (exact), floatToHalf, floatToBf16 (round to nearest
+/// even), the 16-byte Vec16 and loadFloat4.
 extern const char *const kFloatConversions;
+
+/// CUDA source of a KV cache's element for kvDtype "f32", "bf16" or "f16": the type KvElem
+/// (float or the 16-bit pattern), toKv(x) (rounded to nearest even, as the CPU backend stores it)
+/// and fromKv(e) (exact). bf16 / f16 include kFloatConversions. Empty for other types.
+std::string kvElementSource(const std::string &kvDtype);
 
 /// CUDA source of toTf32(v) (cvt.rna.tf32.f32: f32 rounded to 10 mantissa bits, ties away) and
 /// mmaTf32(acc, a, b) (mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 over the warp, the PTX

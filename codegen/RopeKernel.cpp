@@ -56,14 +56,23 @@ ${TABLE}};
 // Rotates pair i of one head (src, dst point at it; dst may be src):
 //   neox: (i, i + kHalf), interleaved: (2i, 2i + 1); out = (x0 c - x1 s, x1 c + x0 s).
 // rotatePairBy: the same with the angle's sine and cosine given (one angle serves pair i of
-// every head).
+// every head); rotatedPairBy: its two values (*r0 for element *a, *r1 for *b), for a caller
+// that stores them in another type (a 16-bit KV cache).
+__device__ __forceinline__ void rotatedPairBy(const float *src, int i, float s, float c, int *a, int *b, float *r0,
+                                              float *r1) {
+  *a = kNeox ? i : 2 * i;
+  *b = kNeox ? *a + kHalf : *a + 1;
+  const float x0 = src[*a];
+  const float x1 = src[*b];
+  *r0 = x0 * c - x1 * s;
+  *r1 = x1 * c + x0 * s;
+}
 __device__ __forceinline__ void rotatePairBy(const float *src, float *dst, int i, float s, float c) {
-  const int a = kNeox ? i : 2 * i;
-  const int b = kNeox ? a + kHalf : a + 1;
-  const float x0 = src[a];
-  const float x1 = src[b];
-  dst[a] = x0 * c - x1 * s;
-  dst[b] = x1 * c + x0 * s;
+  int a, b;
+  float r0, r1;
+  rotatedPairBy(src, i, s, c, &a, &b, &r0, &r1);
+  dst[a] = r0;
+  dst[b] = r1;
 }
 __device__ __forceinline__ void rotatePair(const float *src, float *dst, int i, float pos) {
   float s, c;

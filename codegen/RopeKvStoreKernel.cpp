@@ -7,6 +7,9 @@
 // values are those of rope + rope + kv_store, bit for bit, with three fewer
 // launches per layer and the k row never written to the arena.
 //
+// f32, bf16, f16 cache: each element as toKv rounds it (the pair's values of rotatedPairBy, the
+// v columns), kv_store's rounding.
+//
 // int8 cache: one warp per kv head stores its rotated k row and its v row as
 // kv_store does (detail::kInt8RowStore); each lane rotates its elements of
 // the k row into registers (no shared-memory staging, no barrier).
@@ -54,13 +57,22 @@ __device__ __forceinline__ long long startRow(const float *qkv, const int *posit
 } // namespace
 )cuda";
 
-constexpr const char *kF32Template = R"cuda(${CONSTANTS}
+constexpr const char *kTemplate = R"cuda(${CONSTANTS}${KV_ELEMENT}namespace {
+// Pair i of the head at src rotated (rotatePairBy's values) into the cache row at dst.
+__device__ __forceinline__ void rotateIntoCache(const float *src, KvElem *dst, int i, float s, float c) {
+  int a, b;
+  float r0, r1;
+  rotatedPairBy(src, i, s, c, &a, &b, &r0, &r1);
+  dst[a] = toKv(r0);
+  dst[b] = toKv(r1);
+}
+} // namespace
 // Params: (const float *qkv, const int *positions, const long long *kv_slots, float *q_out,
-//          float *k_cache, float *v_cache, int T)
+//          ${ELEM} *k_cache, ${ELEM} *v_cache, int T)
 extern "C" __global__ void __launch_bounds__(kBlock)
 ${ENTRY}(const float *__restrict__ qkv, const int *__restrict__ positions,
          const long long *__restrict__ kv_slots, float *__restrict__ q_out,
-         float *__restrict__ k_cache, float *__restrict__ v_cache, int T) {
+         KvElem *__restrict__ k_cache, KvElem *__restrict__ v_cache, int T) {
   for (int row = blockIdx.x; row < T; row += gridDim.x) {
     if (kBlock % kHalf == 0) {
       // Thread t rotates pair t % kHalf of heads t / kHalf, + kBlock / kHalf, ...: one sine and
@@ -82,14 +94,14 @@ ${ENTRY}(const float *__restrict__ qkv, const int *__restrict__ positions,
         if (head < kH)
           rotatePairBy(src + head * kHd, q + head * kHd, i, s, c);
         else
-          rotatePairBy(src + kQWidth + (head - kH) * kHd,
-                       k_cache + ((block * kHkv + head - kH) * kBs + offset) * kHd, i, s, c);
+          rotateIntoCache(src + kQWidth + (head - kH) * kHd,
+                          k_cache + ((block * kHkv + head - kH) * kBs + offset) * kHd, i, s, c);
       }
       if (slot < 0)
         continue;
       for (int e = threadIdx.x; e < kKvWidth; e += kBlock) {
         const int head = e / kHd, d = e % kHd;
-        v_cache[((block * kHkv + head) * kBs + offset) * kHd + d] = src[kQWidth + kKvWidth + e];
+        v_cache[((block * kHkv + head) * kBs + offset) * kHd + d] = toKv(src[kQWidth + kKvWidth + e]);
       }
       continue;
     }
@@ -100,13 +112,14 @@ ${ENTRY}(const float *__restrict__ qkv, const int *__restrict__ positions,
       continue; // padding: q only
     const long long block = slot / kBs, offset = slot % kBs;
     for (int p = threadIdx.x; p < kHkv * kHalf; p += kBlock) {
-      const int head = p / kHalf;
-      rotatePair(src + kQWidth + head * kHd, k_cache + ((block * kHkv + head) * kBs + offset) * kHd,
-                 p - head * kHalf, pos);
+      const int head = p / kHalf, i = p - head * kHalf;
+      float s, c;
+      sincosf(pos * kInvFreq[i], &s, &c); // as rotatePair
+      rotateIntoCache(src + kQWidth + head * kHd, k_cache + ((block * kHkv + head) * kBs + offset) * kHd, i, s, c);
     }
     for (int i = threadIdx.x; i < kKvWidth; i += kBlock) {
       const int head = i / kHd, d = i % kHd;
-      v_cache[((block * kHkv + head) * kBs + offset) * kHd + d] = src[kQWidth + kKvWidth + i];
+      v_cache[((block * kHkv + head) * kBs + offset) * kHd + d] = toKv(src[kQWidth + kKvWidth + i]);
     }
   }
 }
@@ -154,8 +167,9 @@ llmrt::StatusOr<KernelSpec> emitRopeKvStoreKernel(const RopeKvStoreParams &p) {
         ", head_dim " + std::to_string(c.headDim) + " (even, at most 1024, the rotation's " +
         std::to_string(r.headDim) + "), block_size " + std::to_string(c.blockSize) +
         " (at most 4096) out of range");
-  if (c.kvDtype != "f32" && c.kvDtype != "int8")
-    return llmrt::unimplemented("rope_kv_store: kv dtype '" + c.kvDtype + "' has no GPU kernel (f32, int8)");
+  if (c.kvDtype != "f32" && c.kvDtype != "bf16" && c.kvDtype != "f16" && c.kvDtype != "int8")
+    return llmrt::unimplemented("rope_kv_store: kv dtype '" + c.kvDtype +
+                                "' has no GPU kernel (f32, bf16, f16, int8)");
   const bool i8 = c.kvDtype == "int8";
   ASSIGN_OR_RETURN(std::string rotation, detail::ropeRotationSource(r));
   // f32: one thread per q pair; int8: the same, and one warp per kv head row (up to 8 warps).
@@ -176,11 +190,14 @@ llmrt::StatusOr<KernelSpec> emitRopeKvStoreKernel(const RopeKvStoreParams &p) {
                                                           {"NEOX", r.style == "neox" ? "true" : "false"},
                                                           {"ROTATION", rotation},
                                                           {"ROW_STORE", i8 ? detail::kInt8RowStore : ""}});
-  std::string body = detail::substitute(i8 ? kInt8Template : kF32Template, {{"CONSTANTS", constants}});
+  std::string body = i8 ? detail::substitute(kInt8Template, {{"CONSTANTS", constants}})
+                        : detail::substitute(kTemplate, {{"CONSTANTS", constants},
+                                                         {"KV_ELEMENT", detail::kvElementSource(c.kvDtype)},
+                                                         {"ELEM", c.kvDtype == "f32" ? "float" : "unsigned short"}});
   return detail::finishSpec("rope_kv_store",
                             "llm_rope_kv_store_h" + std::to_string(r.numHeads) + "_" +
                                 std::to_string(c.numKvHeads) + "_d" + std::to_string(c.headDim) + "_b" +
-                                std::to_string(c.blockSize) + (i8 ? "_i8" : ""),
+                                std::to_string(c.blockSize) + (i8 ? "_i8" : c.kvDtype == "f32" ? "" : "_" + c.kvDtype),
                             body, block, "rows");
 }
 

@@ -185,7 +185,7 @@ llmrt::Status compile(const CompileOptions &opts) {
       continue;
     PipelineOptions popts;
     popts.kvBlockSize = opts.kvBlockSize;
-    popts.kvDtype = opts.kvCacheDtype;
+    popts.kvDtype = opts.kvCacheDtype == "auto" ? opts.weightDtype : opts.kvCacheDtype;
     popts.quantize = quantizeFormat;
     popts.quantizeEmbeddings = opts.quantizeEmbeddings;
     popts.dequantize = opts.dequantize;

@@ -37,7 +37,8 @@ struct CompileOptions {
   /// the kernel before (codegen LinearParams::l2PrefetchBytes); 0: none.
   int64_t gemvL2PrefetchMiB = 16;
   std::string cpuKernels = "fast";    ///< reference | fast
-  std::string kvCacheDtype = "f32";   ///< f32 | int8
+  /// auto (the weightDtype: f32, bf16 or f16) | f32 | bf16 | f16 | int8
+  std::string kvCacheDtype = "auto";
   /// --synthetic-weights SEED: modelPath is a config.json (or its folder); the plan holds no
   /// weights and the runtime generates them (runtime/plan/synthetic_weights.h).
   std::optional<uint64_t> syntheticSeed;

@@ -487,10 +487,15 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   ASSIGN_OR_RETURN(int64_t blockSize, dictGet<int64_t>(kvAttr, "block_size", "llm.kv_spec"));
   ASSIGN_OR_RETURN(std::string kvDtype, dictGet<std::string>(kvAttr, "kv_dtype", "llm.kv_spec"));
   ASSIGN_OR_RETURN(std::string layout, dictGet<std::string>(kvAttr, "layout", "llm.kv_spec"));
-  if (kvDtype != "f32" && kvDtype != "int8")
-    return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels yet");
-  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize,
-                                   kvDtype == "int8" ? fb::DType::I8 : fb::DType::F32, layout.c_str());
+  // The cache's element type and the feature a runtime must know to read it.
+  const std::pair<fb::DType, const char *> kvType = kvDtype == "int8"   ? std::pair{fb::DType::I8, "kv_i8"}
+                                                    : kvDtype == "bf16" ? std::pair{fb::DType::BF16, "kv_bf16"}
+                                                    : kvDtype == "f16"  ? std::pair{fb::DType::F16, "kv_f16"}
+                                                    : kvDtype == "f32"  ? std::pair{fb::DType::F32, "kv_f32"}
+                                                                        : std::pair{fb::DType::Unknown, ""};
+  if (kvType.first == fb::DType::Unknown)
+    return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels (f32, bf16, f16, int8)");
+  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize, kvType.first, layout.c_str());
 
   auto perToken = fn->getAttrOfType<IntegerAttr>("llm.arena_bytes_per_token");
   if (!perToken)
@@ -512,8 +517,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
                                        fbb.CreateVectorOfStrings(opts.commandLine),
                                        fbb.CreateVectorOfStrings(opts.passes),
                                        fbb.CreateVectorOfStrings(opts.targets));
-  std::vector<std::string> features = {"forward_v1", kvDtype == "int8" ? "kv_i8" : "kv_f32",
-                                       "weights_f32"};
+  std::vector<std::string> features = {"forward_v1", kvType.second, "weights_f32"};
   if (anyQuant)
     features.push_back("weights_quant_v1");
   if (opts.syntheticSeed)

@@ -208,11 +208,12 @@ int run_serve(const ServeFlags& f) {
   std::unique_ptr<llmrt::Engine> engine = std::move(engine_or.value());
   const llmrt::EngineConfig& c = engine->config();
   std::fprintf(stderr,
-               "llmrt: model %s on %s: weights %s, workspace %s, KV cache %s (%d blocks of %d tokens)\n"
+               "llmrt: model %s on %s: weights %s, workspace %s, KV cache %s %s (%d blocks of %d tokens)\n"
                "llmrt: max_model_len %d, max concurrency at max_model_len %lld, "
                "%d threads, %d tokens and %d sequences per step, prefix caching %s\n",
                model_name.c_str(), c.device.c_str(), mib(c.weight_bytes).c_str(), mib(c.workspace_bytes).c_str(),
-               mib(c.kv_cache_bytes).c_str(), c.num_kv_blocks, c.block_size, c.max_model_len,
+               mib(c.kv_cache_bytes).c_str(), llmrt::fb::EnumNameDType(plan.fb().kv()->dtype()), c.num_kv_blocks,
+               c.block_size, c.max_model_len,
                static_cast<long long>(c.max_concurrency_at_max_len), c.threads, c.max_num_batched_tokens,
                c.max_num_seqs, f.no_prefix_caching ? "off" : "on");
   server->attach_engine(*engine);

@@ -5,6 +5,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/vector_ops.h"
+#include "runtime/quant/quant_format.h"
 
 namespace llmrt::cpu {
 namespace {
@@ -29,10 +30,34 @@ void store_row_i8(const float* x, int hd, int8_t* codes, float* scale) {
   *scale = s;
 }
 
-// The f32 row of K or V at (block, offset, head): in place for f32, dequantized into tmp for int8.
-inline const float* kv_row(const KvLayer& kv, bool is_k, int64_t block, int64_t offset, int head,
-                           float* tmp) {
-  if (!kv.k8) return (is_k ? kv.k : kv.v) + slot_offset(kv, block, offset, head);
+// One head row of a 16-bit cache, each element rounded to nearest even.
+void store_row_16(const float* x, int hd, bool bf16, uint16_t* out) {
+  if (bf16)
+    for (int d = 0; d < hd; ++d) out[d] = quant::float_to_bf16(x[d]);
+  else
+    for (int d = 0; d < hd; ++d) out[d] = quant::float_to_half(x[d]);
+}
+
+// Floats a 16-bit cache's rows are widened into at a time (attention), per thread.
+constexpr int64_t kWideFloats = 4096;
+
+// The f32 rows of K or V at (block, offset .. offset + count - 1, head): in place for f32,
+// widened exactly into wide (count * head_dim <= kWideFloats) for 16-bit caches.
+inline const float* kv_rows(const KvLayer& kv, bool is_k, int64_t block, int64_t offset, int head,
+                            int64_t count, float* wide) {
+  if (kv.k) return (is_k ? kv.k : kv.v) + slot_offset(kv, block, offset, head);
+  const uint16_t* e = (is_k ? kv.k16 : kv.v16) + slot_offset(kv, block, offset, head);
+  const int64_t n = count * kv.head_dim;
+  if (kv.bf16)
+    for (int64_t i = 0; i < n; ++i) wide[i] = quant::bf16_to_float(e[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) wide[i] = quant::half_to_float(e[i]);
+  return wide;
+}
+
+// The f32 row of K or V at (block, offset, head) of an int8 cache, dequantized into tmp.
+inline const float* kv_row_i8(const KvLayer& kv, bool is_k, int64_t block, int64_t offset, int head,
+                              float* tmp) {
   const int64_t row = slot_row(kv, block, offset, head);
   const int8_t* c = (is_k ? kv.k8 : kv.v8) + row * kv.head_dim;
   const float s = (is_k ? kv.ks : kv.vs)[row];
@@ -50,6 +75,11 @@ void store_head(const float* kx, const float* vx, int64_t slot, int h, const KvL
     return;
   }
   const int64_t dst = slot_offset(kv, block, off, h);
+  if (kv.k16) {
+    store_row_16(kx, kv.head_dim, kv.bf16, kv.k16 + dst);
+    store_row_16(vx, kv.head_dim, kv.bf16, kv.v16 + dst);
+    return;
+  }
   const size_t bytes = static_cast<size_t>(kv.head_dim) * sizeof(float);
   std::memcpy(kv.k + dst, kx, bytes);
   std::memcpy(kv.v + dst, vx, bytes);
@@ -105,6 +135,7 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
   const int64_t bs = kv.block_size;
   pool.parallel_for(rows * num_heads, [&](int64_t b, int64_t e, int worker) {
     float* scores = scratch + worker * scratch_stride;
+    alignas(64) float wide_scratch[kWideFloats];  // a 16-bit cache's rows, widened
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / num_heads;
       const int h = static_cast<int>(item % num_heads);
@@ -122,13 +153,16 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
       const int kvh = h / group;
       float tmp[kMaxHeadDim];
       float mx = -INFINITY;
+      // Rows of a block run at a time: all of it in place (f32), what fits the widening buffer
+      // (16-bit: the same numbers as an f32 cache holding the rounded values).
+      const int64_t run_cap = kv.k ? bs : std::max<int64_t>(1, kWideFloats / hd);
       if (!kv.k8) {
-        // An f32 block holds a head's slots as contiguous rows: one linear_range per block run
-        // (the same products and order as dot(), several keys at a time).
+        // A block holds a head's slots as contiguous rows: one linear_range per run (the same
+        // products and order as dot(), several keys at a time).
         for (int64_t j = lo; j <= p;) {
-          const int64_t cnt = std::min<int64_t>(bs - j % bs, p + 1 - j);
-          linear_range(qh, nullptr, 0, 1, hd, kv.k + slot_offset(kv, table[j / bs], j % bs, kvh), cnt,
-                       nullptr, scores + (j - lo), cnt);
+          const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
+          linear_range(qh, nullptr, 0, 1, hd, kv_rows(kv, true, table[j / bs], j % bs, kvh, cnt, wide_scratch),
+                       cnt, nullptr, scores + (j - lo), cnt);
           j += cnt;
         }
         for (int64_t j = lo; j <= p; ++j) {
@@ -138,7 +172,7 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
         }
       } else {
         for (int64_t j = lo; j <= p; ++j) {
-          const float* kj = kv_row(kv, true, table[j / bs], j % bs, kvh, tmp);
+          const float* kj = kv_row_i8(kv, true, table[j / bs], j % bs, kvh, tmp);
           const float sc = dot(qh, kj, hd) * scale;
           scores[j - lo] = sc;
           mx = std::max(mx, sc);
@@ -149,14 +183,15 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
       for (int64_t j = lo; j <= p; ++j) sum += scores[j - lo];
       std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
       if (!kv.k8) {
-        for (int64_t j = lo; j <= p;) {  // per block run of contiguous V rows
-          const int64_t cnt = std::min<int64_t>(bs - j % bs, p + 1 - j);
-          axpy_rows(scores + (j - lo), cnt, kv.v + slot_offset(kv, table[j / bs], j % bs, kvh), hd, o, hd);
+        for (int64_t j = lo; j <= p;) {  // per run of contiguous V rows
+          const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
+          axpy_rows(scores + (j - lo), cnt, kv_rows(kv, false, table[j / bs], j % bs, kvh, cnt, wide_scratch), hd,
+                    o, hd);
           j += cnt;
         }
       } else {
         for (int64_t j = lo; j <= p; ++j) {
-          const float* vj = kv_row(kv, false, table[j / bs], j % bs, kvh, tmp);
+          const float* vj = kv_row_i8(kv, false, table[j / bs], j % bs, kvh, tmp);
           axpy(scores[j - lo], vj, o, hd);
         }
       }

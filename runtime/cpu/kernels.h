@@ -222,9 +222,14 @@ void rope(const float* x, int64_t rows, int num_heads, int head_dim, const int32
 /// With an int8 cache (k8/v8 set, k/v null) every (block, head, slot) row of head_dim codes has
 /// one f32 scale in ks/vs ([num_blocks, num_kv_heads, block_size]): value = code * scale, the
 /// scale amax / 127 of that row alone, so a later token never overflows an earlier scale.
+/// With a 16-bit cache (k16/v16 set, k/v null) every element is a bf16 (bf16 true) or IEEE
+/// half, rounded to nearest even when stored; read back exactly.
 struct KvLayer {
   float* k = nullptr;
   float* v = nullptr;
+  uint16_t* k16 = nullptr;
+  uint16_t* v16 = nullptr;
+  bool bf16 = false;
   int8_t* k8 = nullptr;
   int8_t* v8 = nullptr;
   float* ks = nullptr;
@@ -236,7 +241,8 @@ struct KvLayer {
 };
 
 /// K/V[slot] = k/v[t] for every t with slots[t] >= 0. k, v are [rows, num_kv_heads * head_dim].
-/// int8 cache: each head's row is stored as codes lrint(x / s), s = amax / 127 (0 for all-zero).
+/// int8 cache: each head's row is stored as codes lrint(x / s), s = amax / 127 (0 for all-zero);
+/// 16-bit cache: each element rounded to nearest even (quant::float_to_bf16 / float_to_half).
 void kv_store(const float* k, const float* v, int64_t rows, const int64_t* slots,
               const KvLayer& kv, ThreadPool& pool);
 
@@ -256,7 +262,8 @@ struct AttentionBatch {
 };
 
 /// Causal GQA over the paged cache (int8 caches are dequantized row by row, code * scale, then
-/// follow the same f32 order): row t of sequence s at position p attends to positions
+/// follow the same f32 order; 16-bit caches are widened exactly, so their results are the bits of
+/// an f32 cache holding the rounded values): row t of sequence s at position p attends to positions
 /// max(0, p - window + 1) .. p (window 0 = all), head h reads kv head h / (num_heads / kv heads).
 /// q and out are [rows, num_heads * head_dim]. scratch holds pool.num_threads() * scratch_stride
 /// floats with scratch_stride >= the longest attended span.

@@ -131,10 +131,13 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   const fb::Plan& p = plan.fb();
   const fb::KvSpec* kv = p.kv();
   const fb::MemoryPlan* mem = p.memory();
-  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8)
-    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32 or int8; this plan's is ") +
+  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8 && kv->dtype() != fb::DType::BF16 &&
+      kv->dtype() != fb::DType::F16)
+    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32, bf16, f16 or int8; this "
+                                           "plan's is ") +
                                fb::EnumNameDType(kv->dtype()));
   kv_i8_ = kv->dtype() == fb::DType::I8;
+  kv_elem_bytes_ = kv_i8_ ? 1 : kv->dtype() == fb::DType::F32 ? 4 : 2;
   num_layers_ = kv->num_layers();
   num_kv_heads_ = kv->num_kv_heads();
   head_dim_ = kv->head_dim();
@@ -215,10 +218,10 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   }
   if (memory_.kv_blocks > INT32_MAX) memory_.kv_blocks = INT32_MAX;
   num_kv_blocks_ = static_cast<int>(memory_.kv_blocks);
-  // Per layer a K half and a V half, each its codes [blocks, kv_heads, block_size, head_dim]
-  // (f32 or int8) then, for int8, one f32 scale per [block, kv_head, slot].
+  // Per layer a K half and a V half, each its elements [blocks, kv_heads, block_size, head_dim]
+  // (f32, bf16, f16 or int8) then, for int8, one f32 scale per [block, kv_head, slot].
   const uint64_t block_rows = static_cast<uint64_t>(num_kv_heads_) * block_size_;
-  kv_block_bytes_per_layer_ = block_rows * head_dim_ * (kv_i8_ ? 1 : sizeof(float));
+  kv_block_bytes_per_layer_ = block_rows * head_dim_ * kv_elem_bytes_;
   kv_codes_bytes_ = align_up(kv_block_bytes_per_layer_ * static_cast<uint64_t>(num_kv_blocks_));
   kv_half_bytes_ = kv_codes_bytes_ +
                    (kv_i8_ ? align_up(block_rows * sizeof(float) * static_cast<uint64_t>(num_kv_blocks_)) : 0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "runtime/plan/plan_inspect.h"
 #include "runtime/sampler/logits_summary.h"
 
 namespace llmrt::cuda {
@@ -205,10 +206,9 @@ StatusOr<DeviceMemoryPlan> plan_device_memory(const fb::Plan& plan, const Device
   // (i32), the logits (f32, one row per token at most) and their summaries.
   m.batch = T * (4 + 4 + 8 + 4) + (S + 1) * 4 + S * 4 + S * blocks_per_seq * 4 + T * vocab * 4 +
             T * sizeof(LogitsSummary);
-  // f32: head_dim floats per (kv head, slot); int8: head_dim codes and one f32 scale.
-  const uint64_t row_bytes = kv->dtype() == fb::DType::I8 ? kv->head_dim() + sizeof(float)
-                                                          : kv->head_dim() * sizeof(float);
-  m.kv_block_bytes = static_cast<uint64_t>(kv->num_layers()) * 2 * kv->num_kv_heads() * kv->block_size() * row_bytes;
+  // Every layer's K and V of block_size tokens (plan_inspect.h: int8 codes with one f32 scale
+  // per head row, else head_dim elements of the cache's type).
+  m.kv_block_bytes = kv_bytes_per_token(plan) * kv->block_size();
   m.library = library;
   const uint64_t fixed = m.weights + m.activations + m.batch + m.library;
   const uint64_t need_kv = blocks_per_seq * m.kv_block_bytes;

@@ -117,10 +117,12 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     return invalid_argument("KV spec has bad sizes (layers " + str(kv->num_layers()) +
                             ", kv heads " + str(kv->num_kv_heads()) + ", head_dim " +
                             str(kv->head_dim()) + ", block_size " + str(kv->block_size()) + ")");
-  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8)
+  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8 && kv->dtype() != fb::DType::BF16 &&
+      kv->dtype() != fb::DType::F16)
     return unimplemented(std::string("KV cache dtype ") + fb::EnumNameDType(kv->dtype()) +
-                         " (the CPU backend supports F32 and I8)");
-  kv_i8_ = kv->dtype() == fb::DType::I8;
+                         " (the CPU backend supports F32, BF16, F16 and I8)");
+  kv_dtype_ = kv->dtype();
+  kv_i8_ = kv_dtype_ == fb::DType::I8;
   if (kv->layout() && kv->layout()->size() != 0 && kv->layout()->str() != "block_head_slot_dim")
     return unimplemented("KV cache layout '" + kv->layout()->str() + "'");
   num_layers_ = kv->num_layers();
@@ -232,7 +234,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     const long double need =
         static_cast<long double>(arena_bytes_) +
         static_cast<long double>(num_kv_heads_) * block_size_ * num_kv_blocks_ * 2 * num_layers_ *
-            (kv_i8_ ? head_dim_ + 4 : head_dim_ * 4) +
+            (kv_i8_ ? head_dim_ + 4 : head_dim_ * kv_elem_bytes()) +
         static_cast<long double>(threads) * max_model_len_ * 4;
     if (need > static_cast<long double>(opt.max_memory_bytes))
       return resource_exhausted("the plan needs " + str(static_cast<int64_t>(std::min<long double>(need, 9e18))) +
@@ -260,10 +262,11 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   if (kv_floats / num_layers_ / 2 / per_block != static_cast<uint64_t>(num_kv_blocks_) ||
       kv_floats > kMaxKvFloats)
     return resource_exhausted("KV cache of " + str(num_kv_blocks_) + " blocks is too large");
-  // One layer: f32 K then V; int8 K codes, V codes, then K and V scales (one f32 per head row).
+  // One layer: f32 (bf16, f16) K then V; int8 K codes, V codes, then K and V scales (one f32 per
+  // head row).
   const uint64_t rows = per_block / head_dim_ * num_kv_blocks_;
   kv_layer_bytes_ = kv_i8_ ? ((2 * rows * head_dim_ + 63) / 64 * 64 + 2 * rows * sizeof(float) + 63) / 64 * 64
-                           : 2 * rows * head_dim_ * sizeof(float);
+                           : (2 * rows * head_dim_ * kv_elem_bytes() + 63) / 64 * 64;
   const uint64_t kv_bytes = kv_layer_bytes_ * num_layers_;
   // Anonymous pages read as zero and are committed on first write, so a large pool costs
   // resident memory only as sequences fill it.
@@ -489,11 +492,15 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (layout != "block_head_slot_dim") return unimplemented(where + ": KV layout '" + layout + "'");
     std::string kv_dtype;
     string_param("kv_dtype", &kv_dtype, "f32");
-    const bool step_i8 = kv_dtype == "int8" || kv_dtype == "I8";
-    if (!step_i8 && kv_dtype != "f32" && kv_dtype != "F32")
-      return unimplemented(where + ": kv_dtype '" + kv_dtype + "'");
-    if (step_i8 != kv_i8_)
-      return invalid_argument(where + ": kv_dtype '" + kv_dtype + "' differs from the KV spec's");
+    fb::DType step_dtype = fb::DType::Unknown;
+    if (kv_dtype == "int8" || kv_dtype == "I8") step_dtype = fb::DType::I8;
+    else if (kv_dtype == "f32" || kv_dtype == "F32") step_dtype = fb::DType::F32;
+    else if (kv_dtype == "bf16" || kv_dtype == "BF16") step_dtype = fb::DType::BF16;
+    else if (kv_dtype == "f16" || kv_dtype == "F16") step_dtype = fb::DType::F16;
+    else return unimplemented(where + ": kv_dtype '" + kv_dtype + "'");
+    if (step_dtype != kv_dtype_)
+      return invalid_argument(where + ": kv_dtype '" + kv_dtype + "' differs from the KV spec's " +
+                              fb::EnumNameDType(kv_dtype_));
     st->layer = static_cast<int>(layer);
     st->head_dim = static_cast<int>(hd);
     return ok_status();
@@ -841,6 +848,10 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
       kv.v8 = kv.k8 + codes;
       kv.ks = reinterpret_cast<float*>(base + (2 * codes + 63) / 64 * 64);
       kv.vs = kv.ks + codes / head_dim_;
+    } else if (kv_elem_bytes() == 2) {
+      kv.k16 = reinterpret_cast<uint16_t*>(base);
+      kv.v16 = kv.k16 + layer_floats;
+      kv.bf16 = kv_dtype_ == fb::DType::BF16;
     } else {
       kv.k = reinterpret_cast<float*>(base);
       kv.v = kv.k + layer_floats;
@@ -967,9 +978,10 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
       }
       continue;
     }
+    const size_t eb = static_cast<size_t>(kv_elem_bytes());  // f32, bf16, f16
     for (int kv = 0; kv < 2; ++kv) {
-      float* f = reinterpret_cast<float*>(base) + layer_elems * kv;
-      std::memcpy(f + elems * dst, f + elems * src, elems * sizeof(float));
+      uint8_t* half = base + layer_elems * eb * kv;
+      std::memcpy(half + elems * eb * dst, half + elems * eb * src, elems * eb);
     }
   }
   return ok_status();

@@ -26,7 +26,7 @@ std::string human(uint64_t bytes) {
 uint64_t kv_bytes_per_token(const fb::Plan& plan) {
   const fb::KvSpec* kv = plan.kv();
   if (!kv) return 0;
-  // int8: one byte per element plus one f32 scale per head row.
+  // int8: one byte per element plus one f32 scale per head row; f32 4 bytes, bf16 / f16 2.
   const uint64_t row = kv->dtype() == fb::DType::I8 ? kv->head_dim() + 4ull
                        : kv->dtype() == fb::DType::F32 ? kv->head_dim() * 4ull
                                                        : kv->head_dim() * 2ull;

@@ -40,28 +40,6 @@ void code_range(const Format& f, int* lo, int* hi) {
 
 }  // namespace
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, out;
-  if (exp == 0) {
-    if (man == 0) {
-      out = sign;
-    } else {  // subnormal: man * 2^-24
-      int shift = 0;
-      while ((man & 0x400u) == 0) {
-        man <<= 1;
-        ++shift;
-      }
-      out = sign | (static_cast<uint32_t>(127 - 15 + 1 - shift) << 23) | ((man & 0x3FFu) << 13);
-    }
-  } else if (exp == 0x1F) {
-    out = sign | 0x7F800000u | (man << 13);
-  } else {
-    out = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  return std::bit_cast<float>(out);
-}
-
 uint16_t float_to_half(float x) {
   const uint32_t b = std::bit_cast<uint32_t>(x);
   const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
@@ -80,8 +58,6 @@ uint16_t float_to_half(float x) {
   m -= 0x38000000u;  // rebias exponent 127 -> 15
   return sign | static_cast<uint16_t>(m >> 13);
 }
-
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 int scale_bytes(ScaleType t) { return t == ScaleType::kF32 ? 4 : 2; }
 

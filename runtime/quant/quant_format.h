@@ -136,9 +136,24 @@ float load_scale(ScaleType t, const uint8_t* p);
 /// Rounds x to the scale type and stores it; returns the stored value as f32.
 float store_scale(ScaleType t, float x, uint8_t* p);
 
-float half_to_float(uint16_t bits);
+/// IEEE half -> float, exact (subnormals, infinities and NaN payloads included), branch-light
+/// (inline: the CPU widens f16 weight rows and KV cache rows with it): the half's exponent and
+/// mantissa moved into place and rebiased, subnormals renormalized by one subtraction.
+inline float half_to_float(uint16_t bits) {
+  constexpr uint32_t kExp = 0x7C00u << 13;  // a half's exponent field, moved to f32's place
+  uint32_t o = static_cast<uint32_t>(bits & 0x7FFFu) << 13;
+  const uint32_t exp = o & kExp;
+  o += (127u - 15u) << 23;                          // rebias
+  if (exp == kExp) {
+    o += (128u - 16u) << 23;                        // infinity, NaN: the top exponent
+  } else if (exp == 0) {                            // zero, subnormal: (1 + m) 2^-14 - 2^-14, exact
+    o += 1u << 23;
+    o = std::bit_cast<uint32_t>(std::bit_cast<float>(o) - std::bit_cast<float>(113u << 23));
+  }
+  return std::bit_cast<float>(o | static_cast<uint32_t>(bits & 0x8000u) << 16);
+}
 uint16_t float_to_half(float x);      // round to nearest even, saturating to +-inf like IEEE
-float bf16_to_float(uint16_t bits);
+inline float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 /// Round to nearest even (inline: the synthetic weights convert billions of them).
 inline uint16_t float_to_bf16(float x) {
   uint32_t b = std::bit_cast<uint32_t>(x);

@@ -216,7 +216,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const Plan& plan, const EngineO
   c.max_num_seqs = std::min(c.max_num_seqs, c.max_num_batched_tokens);
   c.threads = options.threads > 0 ? options.threads : available_cpus();
 
-  // KV pool: f32, or int8 codes plus a scale per token and head (plan_inspect.h).
+  // KV pool: f32, bf16 or f16 elements, or int8 codes plus a scale per token and head
+  // (plan_inspect.h).
   const uint64_t block_bytes = kv_bytes_per_token(plan.fb()) * kv->block_size();
   c.weight_bytes = plan.weights_size();
   CpuExecutorOptions eo;

@@ -5,6 +5,7 @@
 #include "codegen/KernelFamilies.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/quant/quant_format.h"
 
 #include "HostKernel.h"
 #include "Q8Reference.h"
@@ -97,6 +98,45 @@ std::vector<double> attentionRef(const Batch &b, float scale, int window) {
   return out;
 }
 
+/// Bytes per element of a `kv` cache ("f32", "bf16", "f16", "int8").
+int kvElemBytes(const std::string &kv) { return kv == "int8" ? 1 : kv == "f32" ? 4 : 2; }
+
+/// The bytes of an f32, bf16 or f16 cache holding `values` (rounded to nearest even, as the CPU
+/// backend stores them); `values` becomes what the cache holds (the reference reads those).
+std::vector<unsigned char> cacheBytes(std::vector<float> &values, const std::string &kv) {
+  std::vector<unsigned char> bytes(values.size() * size_t(kvElemBytes(kv)));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (kv == "f32") {
+      std::memcpy(&bytes[4 * i], &values[i], 4);
+      continue;
+    }
+    const uint16_t h = kv == "bf16" ? llmrt::quant::float_to_bf16(values[i]) : llmrt::quant::float_to_half(values[i]);
+    std::memcpy(&bytes[2 * i], &h, 2);
+    values[i] = kv == "bf16" ? llmrt::quant::bf16_to_float(h) : llmrt::quant::half_to_float(h);
+  }
+  return bytes;
+}
+
+/// The values of an f32, bf16 or f16 cache's bytes.
+std::vector<float> cacheValues(const std::vector<unsigned char> &bytes, const std::string &kv) {
+  std::vector<float> v(bytes.size() / size_t(kvElemBytes(kv)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (kv == "f32") {
+      std::memcpy(&v[i], &bytes[4 * i], 4);
+      continue;
+    }
+    uint16_t h;
+    std::memcpy(&h, &bytes[2 * i], 2);
+    v[i] = kv == "bf16" ? llmrt::quant::bf16_to_float(h) : llmrt::quant::half_to_float(h);
+  }
+  return v;
+}
+
+/// The C type of a cache element, as the kernels declare it.
+std::string kvElemType(const std::string &kv) {
+  return kv == "int8" ? "signed char" : kv == "f32" ? "float" : "unsigned short";
+}
+
 /// The attention of H query heads over Hkv kv heads of hd dimensions, blocks of bs positions,
 /// scaled by 1 / sqrt(hd).
 llmc::AttentionParams attentionParams(int H, int Hkv, int hd, int bs, const std::string &kv = "f32",
@@ -153,21 +193,27 @@ void expectCachePrefetches(const std::vector<HostKernel::Prefetch> &log, const B
   EXPECT_EQ(got, want) << "the cache rows asked of the L2 before the wait";
 }
 
+/// f32, bf16 or f16 caches (`kv`): the reference reads the values the cache holds.
 void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vector<int> &contexts,
-                    const std::vector<int> &rows) {
+                    const std::vector<int> &rows, const std::string &kv = "f32") {
   SCOPED_TRACE("H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
-               " bs=" + std::to_string(bs) + " window=" + std::to_string(window));
-  llmc::AttentionParams p = attentionParams(H, Hkv, hd, bs, "f32", window);
+               " bs=" + std::to_string(bs) + " window=" + std::to_string(window) + " " + kv);
+  llmc::AttentionParams p = attentionParams(H, Hkv, hd, bs, kv, window);
   auto spec = llmc::emitPagedAttentionKernel(p);
   ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  if (kv != "f32")
+    EXPECT_NE(spec->entry.find("_" + kv + "_"), std::string::npos) << spec->entry;
+  const std::string elem = "const " + kvElemType(kv);
   HostKernel k(*spec,
-               "const float *q, const float *kc, const float *vc, const int *positions, const int *qs, "
-               "const int *tables, int max_blocks, int S, float *out, unsigned char *work, int T",
+               "const float *q, " + elem + " *kc, " + elem +
+                   " *vc, const int *positions, const int *qs, "
+                   "const int *tables, int max_blocks, int S, float *out, unsigned char *work, int T",
                "q, kc, vc, positions, qs, tables, max_blocks, S, out, work, T");
   ASSERT_TRUE(k.ok()) << k.error();
-  auto run = [&, fn = k.get<AttentionFn>()](const float *q, const float *kc, const float *vc, const int *pos,
-                                            const int *qs, const int *tables, int mb, int S, float *out, int T,
-                                            unsigned grid) {
+  using Fn = void (*)(const float *, const void *, const void *, const int *, const int *, const int *, int, int,
+                      float *, unsigned char *, int, unsigned);
+  auto run = [&, fn = k.get<Fn>()](const float *q, const void *kc, const void *vc, const int *pos, const int *qs,
+                                   const int *tables, int mb, int S, float *out, int T, unsigned grid) {
     // The workspace zero-filled once, as the runtime allocates it; every launch must leave the
     // counters at zero.
     static std::vector<unsigned char> work;
@@ -182,25 +228,26 @@ void checkAttention(int H, int Hkv, int hd, int bs, int window, const std::vecto
       ASSERT_EQ(work[i], 0) << "counter byte " << i << " left set";
   };
   Batch b = makeBatch(H, Hkv, hd, bs, contexts, rows);
+  const std::vector<unsigned char> kc = cacheBytes(b.kc, kv), vc = cacheBytes(b.vc, kv);
   std::vector<double> want = attentionRef(b, p.scale, window);
   std::vector<float> out(want.size(), 0.0f);
-  run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
-      b.maxBlocks, b.S, out.data(), b.T, gridFor(*spec, b.T));
-  expectCachePrefetches(k.prefetches(), b, window, gridFor(*spec, b.T), b.kc.data(), b.vc.data(), 4);
+  run(b.q.data(), kc.data(), vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(), b.maxBlocks,
+      b.S, out.data(), b.T, gridFor(*spec, b.T));
+  expectCachePrefetches(k.prefetches(), b, window, gridFor(*spec, b.T), kc.data(), vc.data(), kvElemBytes(kv));
   // Rows of padding are unspecified: compare the real rows only.
   const size_t real = size_t(b.queryStart[b.S]) * H * hd;
   std::vector<float> got(out.begin(), out.begin() + real);
   expectNear(got, std::vector<double>(want.begin(), want.begin() + real), 2e-5, "attention");
   // Grid of 3 blocks: the same bits.
   std::vector<float> out3(out.size(), 0.0f);
-  run(b.q.data(), b.kc.data(), b.vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(),
-      b.maxBlocks, b.S, out3.data(), b.T, 3);
+  run(b.q.data(), kc.data(), vc.data(), b.positions.data(), b.queryStart.data(), b.blockTables.data(), b.maxBlocks,
+      b.S, out3.data(), b.T, 3);
   EXPECT_TRUE(bitEqual(std::vector<float>(out3.begin(), out3.begin() + real), got));
   // The last sequence alone (a batch of one): its rows' bits do not change.
   const int s = b.S - 1, r0 = b.queryStart[s], n = b.queryStart[s + 1] - r0;
   std::vector<int> qs1 = {0, n};
   std::vector<float> alone(size_t(n) * H * hd, 0.0f);
-  run(b.q.data() + size_t(r0) * H * hd, b.kc.data(), b.vc.data(), b.positions.data() + r0, qs1.data(),
+  run(b.q.data() + size_t(r0) * H * hd, kc.data(), vc.data(), b.positions.data() + r0, qs1.data(),
       b.blockTables.data() + size_t(s) * b.maxBlocks, b.maxBlocks, 1, alone.data(), n, gridFor(*spec, n));
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + size_t(r0) * H * hd, alone.size() * sizeof(float)), 0);
 }
@@ -232,6 +279,18 @@ TEST(AttentionKernel, LongContextsOfSmallStepsSplitOverBlocks) {
 TEST(AttentionKernel, SlidingWindow) {
   checkAttention(4, 1, 32, 8, 5, {30, 4}, {3, 4});
   checkAttention(2, 1, 16, 4, 130, {200}, {2}); // window wider than a tile
+}
+
+TEST(AttentionKernel, SixteenBitCaches) {
+  // bf16 and f16 elements read exactly: decode rows, a chunk, a split long context, a window;
+  // a row of 8 elements (16 bytes) is prefetched, one of 6 (12 bytes) is not.
+  for (const char *kv : {"bf16", "f16"}) {
+    checkAttention(4, 2, 24, 4, 0, {7, 3, 150}, {2, 3, 1}, kv);
+    checkAttention(4, 2, 24, 16, 0, {1000, 9}, {1, 1}, kv);
+    checkAttention(4, 1, 32, 8, 5, {30, 4}, {3, 4}, kv);
+    checkAttention(2, 1, 8, 4, 0, {9, 2}, {1, 2}, kv);
+    checkAttention(2, 1, 6, 4, 0, {9, 2}, {1, 2}, kv);
+  }
 }
 
 /// The tiled prefill kernel (tensor cores) against the double reference: TF32 operands (q k
@@ -303,7 +362,7 @@ void checkTiled(int H, int Hkv, int hd, int bs, int window, const std::vector<in
   EXPECT_EQ(spec->workspaceBytes, 0u);
   EXPECT_NE(spec->entry.find("_tc_"), std::string::npos) << spec->entry;
   const bool i8 = kv == "int8";
-  const std::string elem = i8 ? "const signed char" : "const float";
+  const std::string elem = "const " + kvElemType(kv);
   HostKernel k(*spec,
                "const float *q, " + elem + " *kc, " + elem + " *vc" +
                    (i8 ? ", const float *ksc, const float *vsc" : "") +
@@ -313,6 +372,9 @@ void checkTiled(int H, int Hkv, int hd, int bs, int window, const std::vector<in
   Batch b = makeBatch(H, Hkv, hd, bs, contexts, rows);
   std::vector<signed char> kc8, vc8;
   std::vector<float> ksc, vsc;
+  // f32, bf16, f16: the cache's bytes (b's values rounded to what it holds)
+  const std::vector<unsigned char> kcb = i8 ? std::vector<unsigned char>() : cacheBytes(b.kc, kv);
+  const std::vector<unsigned char> vcb = i8 ? std::vector<unsigned char>() : cacheBytes(b.vc, kv);
   if (i8) { // random codes and scales; the reference's caches are their products
     const size_t n = b.kc.size(), slots = n / hd;
     const std::vector<float> rk = randomVector(n, 44, -127.0f, 127.0f), rv = randomVector(n, 45, -127.0f, 127.0f);
@@ -332,9 +394,9 @@ void checkTiled(int H, int Hkv, int hd, int bs, int window, const std::vector<in
                           const int *, const int *, const int *, int, int, float *, int, unsigned);
       k.get<Fn>()(q, kc8.data(), vc8.data(), ksc.data(), vsc.data(), pos, qs, tables, in.maxBlocks, S, out, T, grid);
     } else {
-      using Fn = void (*)(const float *, const float *, const float *, const int *, const int *, const int *, int,
-                          int, float *, int, unsigned);
-      k.get<Fn>()(q, in.kc.data(), in.vc.data(), pos, qs, tables, in.maxBlocks, S, out, T, grid);
+      using Fn = void (*)(const float *, const void *, const void *, const int *, const int *, const int *, int, int,
+                          float *, int, unsigned);
+      k.get<Fn>()(q, kcb.data(), vcb.data(), pos, qs, tables, in.maxBlocks, S, out, T, grid);
     }
   };
   const std::vector<double> want = attentionRef(b, p.scale, window);
@@ -388,6 +450,9 @@ TEST(AttentionKernel, TiledPrefillSlidingWindowAndInt8Cache) {
   checkTiled(4, 2, 24, 4, 40, {100, 60}, {80, 3});
   checkTiled(4, 1, 32, 16, 0, {60, 3}, {60, 3}, "int8");
   checkTiled(6, 3, 16, 8, 20, {70}, {35}, "int8");
+  // bf16 and f16 caches (4 elements in one 8-byte load), read exactly.
+  checkTiled(8, 2, 32, 16, 0, {100, 7}, {70, 1}, "bf16");
+  checkTiled(4, 2, 24, 4, 40, {100, 60}, {80, 3}, "f16");
 }
 
 TEST(AttentionKernel, KvStoreWritesSlotsAndSkipsPadding) {
@@ -459,6 +524,57 @@ TEST(AttentionKernel, Int8KvStoreHoldsTheCpuCodes) {
   EXPECT_EQ(kc[r1 * hd + 2], -4); // -3.5 too
 }
 
+TEST(AttentionKernel, SixteenBitKvStoreHoldsTheCpuRounding) {
+  // bf16 and f16 caches hold the CPU backend's bits (runtime/cpu/attention.cc, round to nearest
+  // even): ties both ways, f16's overflow to infinity (65520 is the tie above 65504), its
+  // subnormals, signed zeros; padding rows store nothing.
+  const int Hkv = 3, hd = 12, bs = 4, blocks = 4, T = 3;
+  for (const std::string kv : {"bf16", "f16"}) {
+    SCOPED_TRACE(kv);
+    auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, kv});
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    EXPECT_NE(spec->entry.find("_" + kv + "_"), std::string::npos) << spec->entry;
+    HostKernel k(*spec,
+                 "const float *k, const float *v, const long long *slots, unsigned short *kc, unsigned short *vc, "
+                 "int T",
+                 "k, v, slots, kc, vc, T");
+    ASSERT_TRUE(k.ok()) << k.error();
+    std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 91, -100.0f, 100.0f), vx = randomVector(kx.size(), 92);
+    const std::vector<float> edges = {1.00390625f, 1.01171875f, 2049.0f, 2051.0f, 65519.0f, 65520.0f, -70000.0f,
+                                      1e-7f,       -3e-6f,      -0.0f,   0.0f,    1e-30f,   -1e30f,   6.1e-5f};
+    std::copy(edges.begin(), edges.end(), kx.begin());
+    std::copy(edges.begin(), edges.end(), vx.begin() + 2 * hd);
+    const std::vector<long long> slots = {5, -1, 14};
+    const size_t rows = size_t(blocks) * Hkv * bs;
+    std::vector<uint16_t> kc(rows * hd, 0x7777), vc(rows * hd, 0x7777);
+    using Fn = void (*)(const float *, const float *, const long long *, uint16_t *, uint16_t *, int, unsigned);
+    k.get<Fn>()(kx.data(), vx.data(), slots.data(), kc.data(), vc.data(), T, 2);
+    std::vector<uint16_t> ck(rows * hd, 0x7777), cv(rows * hd, 0x7777);
+    llmrt::cpu::KvLayer layer;
+    layer.k16 = ck.data(), layer.v16 = cv.data(), layer.bf16 = kv == "bf16";
+    layer.num_blocks = blocks, layer.num_kv_heads = Hkv, layer.block_size = bs, layer.head_dim = hd;
+    llmrt::ThreadPool pool(1);
+    const std::vector<int64_t> slots64(slots.begin(), slots.end());
+    llmrt::cpu::kv_store(kx.data(), vx.data(), T, slots64.data(), layer, pool);
+    EXPECT_EQ(kc, ck);
+    EXPECT_EQ(vc, cv);
+    // Some of the rounding, spelled out: token 0, head 0 at slot 5 (block 1, offset 1).
+    const size_t r = (size_t(1) * Hkv * bs + 1) * hd;
+    if (kv == "bf16") {
+      EXPECT_EQ(kc[r], 0x3F80);     // 1 + 2^-8: the tie goes down to the even 1
+      EXPECT_EQ(kc[r + 1], 0x3F82); // 1 + 3 * 2^-8: up to the even 1 + 2^-6
+    } else {
+      EXPECT_EQ(kc[r + 2], 0x6800); // 2049: 2048
+      EXPECT_EQ(kc[r + 3], 0x6802); // 2051: 2052
+      EXPECT_EQ(kc[r + 4], 0x7BFF); // 65519: 65504
+      EXPECT_EQ(kc[r + 5], 0x7C00); // 65520: infinity
+      EXPECT_EQ(kc[r + 6], 0xFC00); // -70000: -infinity
+      EXPECT_EQ(kc[r + 7], 0x0002); // 1e-7: 2 x 2^-24
+    }
+    EXPECT_EQ(kc[r + 9], 0x8000); // -0 keeps its sign
+  }
+}
+
 /// Llama-3's rotation (theta 500000, llama3 scaling over a short original context) at `style`.
 llmc::RopeParams llama3Rope(const std::string &style, int heads, int hd) {
   llmc::RopeParams rope;
@@ -497,7 +613,7 @@ void checkRopeKvStore(const std::string &style, const std::string &kvDtype, int 
   ASSERT_TRUE(qSpec.ok() && kSpec.ok() && storeSpec.ok());
   EXPECT_EQ(fusedSpec->family, "rope_kv_store");
   EXPECT_EQ(fusedSpec->gridRule, "rows");
-  const std::string elem = i8 ? "signed char" : "float";
+  const std::string elem = kvElemType(kvDtype);
   const std::string scaleParams = i8 ? ", float *ks, float *vs" : "";
   const std::string scaleArgs = i8 ? ", ks, vs" : "";
   HostKernel fused(*fusedSpec,
@@ -523,7 +639,7 @@ void checkRopeKvStore(const std::string &style, const std::string &kvDtype, int 
     std::copy_n(&qkv[size_t(t) * w + qw], kvw, &k[size_t(t) * kvw]);
     std::copy_n(&qkv[size_t(t) * w + qw + kvw], kvw, &v[size_t(t) * kvw]);
   }
-  const size_t rows = size_t(blocks) * Hkv * bs, bytes = rows * hd * (i8 ? 1 : 4);
+  const size_t rows = size_t(blocks) * Hkv * bs, bytes = rows * hd * size_t(kvElemBytes(kvDtype));
   std::vector<unsigned char> kc(bytes, 7), vc(bytes, 7), wantK(bytes, 7), wantV(bytes, 7);
   std::vector<float> ks(rows, -1.0f), vs(rows, -1.0f), wantKs(rows, -1.0f), wantVs(rows, -1.0f);
   std::vector<float> qOut(q.size(), -9.0f), wantQ(q.size(), -9.0f), kRot(k.size());
@@ -556,7 +672,7 @@ void checkRopeKvStore(const std::string &style, const std::string &kvDtype, int 
 
 TEST(AttentionKernel, RopeKvStoreEqualsRopeThenKvStore) {
   for (const char *style : {"neox", "interleaved"})
-    for (const char *kv : {"f32", "int8"}) {
+    for (const char *kv : {"f32", "bf16", "f16", "int8"}) {
       checkRopeKvStore(style, kv);
       checkRopeKvStore(style, kv, 8, 2, 16);
     }
@@ -587,7 +703,7 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
   EXPECT_NE(fused->entry.find("_rope"), std::string::npos) << fused->entry;
   EXPECT_EQ(fused->gridRule, plain->gridRule);
   EXPECT_EQ(fused->workspaceBytes, plain->workspaceBytes);
-  const std::string elem = i8 ? "signed char" : "float";
+  const std::string elem = kvElemType(kv);
   const std::string scaleParams = i8 ? ", float *ks, float *vs" : "", scaleArgs = i8 ? ", ks, vs" : "";
   HostKernel kStore(*store,
                     "const float *qkv, const int *pos, const long long *slots, float *q, " + elem + " *kc, " + elem +
@@ -627,7 +743,7 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
   const std::vector<float> qkv = randomVector(size_t(T) * width, 81);
   // The caches before the step: random values, or random codes and scales.
   const size_t cacheRows = size_t(b.blocks) * Hkv * bs;
-  const size_t bytes = cacheRows * hd * (i8 ? 1 : 4);
+  const size_t bytes = cacheRows * hd * size_t(kvElemBytes(kv));
   std::vector<unsigned char> kc0(bytes), vc0(bytes);
   std::vector<float> ks0, vs0;
   if (i8) {
@@ -639,8 +755,9 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
     ks0 = randomVector(cacheRows, 84, 0.001f, 0.02f);
     vs0 = randomVector(cacheRows, 85, 0.001f, 0.02f);
   } else {
-    std::memcpy(kc0.data(), b.kc.data(), bytes);
-    std::memcpy(vc0.data(), b.vc.data(), bytes);
+    std::vector<float> k = b.kc, v = b.vc;
+    kc0 = cacheBytes(k, kv);
+    vc0 = cacheBytes(v, kv);
   }
   const size_t rb = q8 ? size_t(llmc::q8RowBytes(H * hd)) : 0;
   struct Result {
@@ -685,7 +802,7 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
     Result got = fresh();
     attend(kFused, true, qkv.data(), got, grid);
     // (int8: the codes' rows, 16-byte units from head_dim 16 on)
-    expectCachePrefetches(kFused.prefetches(), b, window, grid, got.kc.data(), got.vc.data(), i8 ? 1 : 4);
+    expectCachePrefetches(kFused.prefetches(), b, window, grid, got.kc.data(), got.vc.data(), kvElemBytes(kv));
     EXPECT_EQ(got.kc, want.kc);
     EXPECT_EQ(got.vc, want.vc);
     EXPECT_TRUE(bitEqual(got.ks, want.ks));
@@ -707,8 +824,8 @@ void checkRopeAttention(const std::string &style, const std::string &kv, int H, 
   // Against the double reference over the cache after the step (the new rows included).
   Batch after = b;
   if (!i8) {
-    std::memcpy(after.kc.data(), want.kc.data(), bytes);
-    std::memcpy(after.vc.data(), want.vc.data(), bytes);
+    after.kc = cacheValues(want.kc, kv);
+    after.vc = cacheValues(want.vc, kv);
     after.q = q;
     const std::vector<double> ref = attentionRef(after, p.scale, window);
     const size_t real = size_t(S - 1) * H * hd;
@@ -726,6 +843,10 @@ TEST(AttentionKernel, DecodeKernelDoesRopeKvStoreInside) {
   // A sliding window; head_dim 160 (above the block: two dims per thread, 80 pairs).
   checkRopeAttention("neox", "f32", 4, 2, 24, 5);
   checkRopeAttention("interleaved", "int8", 2, 1, 160);
+  // bf16 and f16 caches: the own k and v rounded as the cache holds them.
+  checkRopeAttention("neox", "bf16", 8, 2, 32);
+  checkRopeAttention("interleaved", "f16", 12, 1, 16);
+  checkRopeAttention("neox", "bf16", 4, 2, 24, 5);
   // With the int8 rows of the output for o_proj.
   checkRopeAttention("neox", "f32", 4, 2, 32, 0, true);
   checkRopeAttention("neox", "int8", 4, 1, 64, 0, true);
@@ -773,9 +894,10 @@ TEST(AttentionKernel, EmissionErrors) {
   rope.numHeads = 4;
   EXPECT_TRUE(llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f32"}}).ok());
   EXPECT_FALSE(llmc::emitRopeKvStoreKernel({rope, {2, 32, 16, "f32"}}).ok()); // head_dim differs
-  auto f16 = llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f16"}});
-  ASSERT_FALSE(f16.ok());
-  EXPECT_EQ(f16.status().code(), llmrt::StatusCode::kUnimplemented);
+  auto fp8 = llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "fp8"}});
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_EQ(fp8.status().code(), llmrt::StatusCode::kUnimplemented);
+  EXPECT_EQ(llmc::emitKvStoreKernel({2, 64, 16, "fp8"}).status().code(), llmrt::StatusCode::kUnimplemented);
   rope.style = "sideways";
   EXPECT_FALSE(llmc::emitRopeKvStoreKernel({rope, {2, 64, 16, "f32"}}).ok());
   // The decode kernel with rope_kv_store inside: the rotation's heads and head_dim are the

@@ -167,9 +167,12 @@ constexpr double kBf16Tol = 2e-2;
 constexpr double kTf32Tol = 3e-3;
 
 /// The tiny qwen2 (q/k/v biases) with bf16 weights for sm_90: dense linear steps on the library.
+/// Its KV cache stays f32 (not the bf16 of --kv-cache-dtype auto): the tolerances above measure
+/// the GEMMs; with a bf16 cache a TF32 difference in a k or v value can also move that element
+/// one bf16 step (measured 3.6e-3 on the generated kernels' test, over its 3e-3).
 std::unique_ptr<llmrt::Plan> bf16Plan(const TempDir &dir, const std::string &extra = "") {
   auto plan = llmrt::Plan::open(compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/qwen2",
-                                            "--target sm_90 --weight-dtype bf16 " + extra));
+                                            "--target sm_90 --weight-dtype bf16 --kv-cache-dtype f32 " + extra));
   EXPECT_TRUE(plan.ok()) << plan.status().to_string();
   return plan.ok() ? std::move(*plan) : nullptr;
 }

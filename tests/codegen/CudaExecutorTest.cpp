@@ -776,6 +776,30 @@ TEST(CudaExecutor, Int8KvCacheMatchesTheCpuExecutor) {
   runBothAndCompare(plan, 1e-4);
 }
 
+TEST(CudaExecutor, SixteenBitKvCachesMatchTheCpuExecutor) {
+  // bf16 and f16 caches (--kv-cache-dtype): both backends store the same rounded elements
+  // (kv_store's kernel test), so the logits differ only by summation order; a KV block is half
+  // an f32 cache's bytes; the block copy moves them.
+  uint64_t f32Block = 0;
+  for (const char *kv : {"f32", "bf16", "f16"}) {
+    SCOPED_TRACE(kv);
+    TempDir dir;
+    const std::string plan = compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
+                                         std::string("--target sm_90 --no-tensor-cores --kv-cache-dtype ") + kv);
+    auto opened = llmrt::Plan::open(plan);
+    ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+    EmulatedDriver driver((*opened)->fb(), uint64_t{1} << 30);
+    auto ex = makeExecutors(**opened, driver, 32, 4, 16, true, true);
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    const uint64_t block = ex->gpu->memory().kv_block_bytes;
+    if (f32Block == 0)
+      f32Block = block;
+    else
+      EXPECT_EQ(2 * block, f32Block);
+    runBothAndCompare(plan, 1e-4);
+  }
+}
+
 TEST(CudaExecutor, DecodeAttentionDoesTheRopeKvStoreOfItsLayer) {
   // Plan Step.rope_kernel: a step in which every sequence has one row (decode, replayed as a
   // graph or launched step by step) runs each layer's rope_kv_store inside its attention kernel;

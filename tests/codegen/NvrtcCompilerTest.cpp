@@ -160,6 +160,23 @@ std::vector<KernelSpec> allFamilies() {
   attn.cache.kvDtype = "f32";
   attn.slidingWindow = 4096;
   add(llmc::emitPagedAttentionKernel(attn));
+  // bf16 and f16 caches (--kv-cache-dtype): Llama-3's store, fused rope + store, decode attention
+  // (plain, with the rope inside writing o_proj's int8 rows) and the tiled prefill kernel.
+  for (const char *kv : {"bf16", "f16"}) {
+    add(llmc::emitKvStoreKernel({8, 128, 16, kv}));
+    add(llmc::emitRopeKvStoreKernel({llama3, {8, 128, 16, kv}}));
+    llmc::AttentionParams half;
+    half.cache = {8, 128, 16, kv};
+    half.numHeads = 32;
+    half.scale = 0.08838834764831845f;
+    add(llmc::emitPagedAttentionKernel(half));
+    half.tensorCores = true;
+    add(llmc::emitPagedAttentionKernel(half));
+    half.tensorCores = false;
+    half.rope = llama3;
+    half.quantizedOutput = true;
+    add(llmc::emitPagedAttentionKernel(half));
+  }
   return specs;
 }
 
@@ -386,6 +403,9 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
         EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_g32_f16_sym") ? "dp4a.s32.s32" : "dp4a.u32.s32"));
       if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
+      // An f16 cache is written with the conversion instruction (round to nearest even).
+      if ((spec.family == "kv_store" || spec.family == "rope_kv_store") && contains(spec.entry, "_f16_"))
+        EXPECT_TRUE(contains(image.ptx, "cvt.rn.f16.f32"));
       // Programmatic dependent launch (plan KernelImage.grid_dependency_control): on sm_90 the
       // entry waits on griddepcontrol once, before its first memory access other than its
       // parameters; sm_80 has no such instruction.

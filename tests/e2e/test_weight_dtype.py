@@ -1,8 +1,9 @@
 """Dense bf16 / f16 weight storage (llmc compile --weight-dtype) on the tiny HF checkpoints.
 
 The CPU widens bf16 / f16 weights exactly to f32 and runs the f32 kernels, so a plan stored in
-bf16 must give the very bits of an f32 plan compiled from a checkpoint whose matrices were
-rounded to bf16 beforehand (here, by numpy: round to nearest even). That also holds for a
+bf16 must give the very bits of an f32 plan (with the same KV cache type) compiled from a
+checkpoint whose matrices were rounded to bf16 beforehand (here, by numpy: round to nearest
+even). That also holds for a
 checkpoint that stores those matrices as BF16 on disk. Norms and biases stay f32. The distance to
 transformers (f32) is printed and bounded loosely: it is bf16 rounding, not an error of ours.
 """
@@ -95,7 +96,9 @@ def test_half_plan_equals_the_rounded_f32_plan(name, dtype, llmc, llmrt, compile
     copy_model(src, tmp_path / "rounded",
                {n: ("F32", rounded(a) if n in matrices else a) for n, a in tensors.items()})
     half = compile_plan(src, f"{name}_{dtype}", "--weight-dtype", dtype, "--target", "none")
-    base = compile_plan(tmp_path / "rounded", f"{name}_rounded_{dtype}", "--target", "none")
+    # (the same KV cache: a half plan keeps its cache in its weights' dtype, --kv-cache-dtype auto)
+    base = compile_plan(tmp_path / "rounded", f"{name}_rounded_{dtype}", "--target", "none",
+                        "--kv-cache-dtype", dtype)
 
     info = json.loads(run_cmd([llmc, "inspect", half, "--json"], "llmc inspect").stdout)["tensors"]
     full = json.loads(run_cmd([llmc, "inspect", base, "--json"], "llmc inspect").stdout)["tensors"]

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "runtime/cpu/cpu_features.h"
@@ -677,6 +678,58 @@ TEST(PagedAttention, GqaAndSlidingWindowMatchNaive) {
     set_active_isa(detected_isa());
     EXPECT_TRUE(bit_equal(out, outs)) << "scalar and SIMD attention differ";
   }
+}
+
+TEST(PagedAttention, SixteenBitCachesGiveTheBitsOfAnF32CacheOfTheRoundedValues) {
+  // bf16 / f16 caches: kv_store rounds each element to nearest even, attention widens block runs
+  // exactly and runs the f32 kernels: the very bits of an f32 cache holding the rounded values.
+  // head_dim 512 with blocks of 16 widens a block in runs of 8 rows (the widening buffer).
+  IsaGuard guard;
+  for (const bool bf16 : {true, false})
+    for (const auto& [hd, bs, ctx] : {std::tuple{8, 4, 30}, std::tuple{512, 16, 40}}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f16") + " hd " + std::to_string(hd));
+      const int H = 4, Hkv = 2, blocks = (ctx + bs - 1) / bs + 1, kvw = Hkv * hd;
+      ThreadPool pool(2);
+      const std::vector<float> k = random_vec(ctx * kvw, 120), v = random_vec(ctx * kvw, 121);
+      std::vector<int32_t> table(blocks - 1);
+      std::vector<int64_t> slots(ctx);
+      for (int b = 0; b < blocks - 1; ++b) table[b] = (b * 3 + 1) % blocks;
+      for (int p = 0; p < ctx; ++p) slots[p] = int64_t{table[p / bs]} * bs + p % bs;
+      const size_t elems = size_t(blocks) * Hkv * bs * hd;
+      std::vector<uint16_t> k16(elems, 0), v16(elems, 0);
+      cpu::KvLayer half;
+      half.k16 = k16.data(), half.v16 = v16.data(), half.bf16 = bf16;
+      half.num_blocks = blocks, half.num_kv_heads = Hkv, half.block_size = bs, half.head_dim = hd;
+      cpu::kv_store(k.data(), v.data(), ctx, slots.data(), half, pool);
+      // The f32 cache of the rounded values.
+      auto round = [&](float x) {
+        return bf16 ? quant::bf16_to_float(quant::float_to_bf16(x)) : quant::half_to_float(quant::float_to_half(x));
+      };
+      std::vector<float> kr(k.size()), vr(v.size());
+      std::transform(k.begin(), k.end(), kr.begin(), round);
+      std::transform(v.begin(), v.end(), vr.begin(), round);
+      std::vector<float> kf(elems, 0.0f), vf(elems, 0.0f);
+      cpu::KvLayer full = half;
+      full.k16 = full.v16 = nullptr, full.k = kf.data(), full.v = vf.data();
+      cpu::kv_store(kr.data(), vr.data(), ctx, slots.data(), full, pool);
+      for (size_t i = 0; i < elems; ++i)  // the stored elements are the rounded values
+        ASSERT_EQ(bf16 ? quant::bf16_to_float(k16[i]) : quant::half_to_float(k16[i]), kf[i]) << i;
+      EXPECT_NE(kr, k);  // (the rounding is there)
+      // Every position of the sequence queried, in one step.
+      std::vector<int32_t> positions(ctx), seq_of_row(ctx, 0);
+      for (int p = 0; p < ctx; ++p) positions[p] = p;
+      cpu::AttentionBatch ab;
+      ab.positions = positions.data();
+      ab.seq_of_row = seq_of_row.data();
+      ab.block_tables = table.data();
+      ab.max_blocks_per_seq = blocks - 1;
+      const auto q = random_vec(ctx * H * hd, 122);
+      std::vector<float> scratch(2 * ctx), want(ctx * H * hd), got(want.size());
+      const float scale = 1.0f / std::sqrt(float(hd));
+      cpu::paged_attention(q.data(), ctx, ab, full, H, scale, 0, want.data(), scratch.data(), ctx, pool);
+      cpu::paged_attention(q.data(), ctx, ab, half, H, scale, 0, got.data(), scratch.data(), ctx, pool);
+      EXPECT_TRUE(bit_equal(got, want));
+    }
 }
 
 TEST(KvStore, WritesBlockHeadSlotDimLayout) {

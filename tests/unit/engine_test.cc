@@ -62,9 +62,9 @@ struct Tiny {
   std::unique_ptr<Plan> plan;
 };
 
-Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64, bool kv_int8 = false) {
+Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64, const std::string& kv_dtype = "f32") {
   testing::TinyPlanConfig cfg;
-  cfg.kv_int8 = kv_int8;
+  cfg.kv_dtype = kv_dtype;
   cfg.max_model_len = max_model_len;
   cfg.max_seqs = max_seqs;
   cfg.max_tokens = max_tokens;
@@ -76,10 +76,12 @@ Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64, bool k
   return t;
 }
 
-// Bytes of one KV block on the CPU backend (K and V, every layer: fp32, or int8 codes plus an
-// f32 scale per token and head).
+// Bytes of one KV block on the CPU backend (K and V, every layer: fp32, bf16 / f16, or int8 codes
+// plus an f32 scale per token and head).
 uint64_t kv_block_bytes(const Tiny& t) {
-  const uint64_t row = t.spec.kv_dtype == fb::DType::I8 ? t.spec.kv_head_dim + 4ull : t.spec.kv_head_dim * 4ull;
+  const uint64_t row = t.spec.kv_dtype == fb::DType::I8    ? t.spec.kv_head_dim + 4ull
+                       : t.spec.kv_dtype == fb::DType::F32 ? t.spec.kv_head_dim * 4ull
+                                                           : t.spec.kv_head_dim * 2ull;
   return 2ull * t.spec.kv_layers * t.spec.kv_heads * row * t.spec.kv_block_size;
 }
 
@@ -174,29 +176,34 @@ TEST(Engine, SixtyFourConcurrentRequestsEqualEachRunAlone) {
   EXPECT_NE(text.find("llmrt:kv_cache_usage_perc{model_name=\"tiny\"} 0"), std::string::npos);
 }
 
-TEST(Engine, Int8KvCacheKeepsAnswersIndependentOfLoadForksAndPreemption) {
-  // The int8 cache quantizes each token's row on its own, so batching, copy-on-write forks (n=2)
-  // and recompute after preemption give the same answers as running alone.
-  Tiny t = tiny(64, 64, 64, /*kv_int8=*/true);
-  ASSERT_EQ(t.spec.kv_dtype, fb::DType::I8);
-  std::mt19937 rng(71);
-  std::vector<EngineRequest> reqs;
-  for (int i = 0; i < 24; ++i) reqs.push_back(make_request(rng, i, t.spec.config.vocab));
-  EngineOptions big;
-  big.kv_cache_bytes = 1ull << 26;
-  const std::vector<Result> alone = run_alone(*t.plan, reqs, big);
-  EngineOptions small;
-  small.kv_cache_bytes = kv_block_bytes(t) * 40;  // tight: preemptions
-  small.max_num_seqs = 16;
-  auto e = engine(*t.plan, small);
-  EXPECT_EQ(e->config().num_kv_blocks, 40);  // int8 blocks are (head_dim + 4) / (4 * head_dim) of f32
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (const EngineRequest& r : reqs) handles.push_back(*e->submit(r));
-  for (size_t i = 0; i < reqs.size(); ++i)
-    expect_same(collect(*handles[i]), alone[i], "int8 KV request " + std::to_string(i));
-  ASSERT_TRUE(e->wait_idle(milliseconds(10000)));
-  EXPECT_EQ(e->stats().num_used_blocks, 0);
-  EXPECT_GT(e->stats().num_preemptions, 0u) << "the pool was meant to force preemptions";
+TEST(Engine, CompactKvCachesKeepAnswersIndependentOfLoadForksAndPreemption) {
+  // The int8 cache quantizes each token's row on its own, bf16 and f16 caches round each element
+  // on its own, so batching, copy-on-write forks (n=2) and recompute after preemption give the
+  // same answers as running alone.
+  for (const auto& [kv, dtype] : {std::pair{"int8", fb::DType::I8}, std::pair{"bf16", fb::DType::BF16},
+                                  std::pair{"f16", fb::DType::F16}}) {
+    SCOPED_TRACE(kv);
+    Tiny t = tiny(64, 64, 64, kv);
+    ASSERT_EQ(t.spec.kv_dtype, dtype);
+    std::mt19937 rng(71);
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 24; ++i) reqs.push_back(make_request(rng, i, t.spec.config.vocab));
+    EngineOptions big;
+    big.kv_cache_bytes = 1ull << 26;
+    const std::vector<Result> alone = run_alone(*t.plan, reqs, big);
+    EngineOptions small;
+    small.kv_cache_bytes = kv_block_bytes(t) * 40;  // tight: preemptions
+    small.max_num_seqs = 16;
+    auto e = engine(*t.plan, small);
+    EXPECT_EQ(e->config().num_kv_blocks, 40);  // blocks of (head_dim + 4) / (4 * head_dim) or half of f32
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const EngineRequest& r : reqs) handles.push_back(*e->submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i)
+      expect_same(collect(*handles[i]), alone[i], std::string(kv) + " KV request " + std::to_string(i));
+    ASSERT_TRUE(e->wait_idle(milliseconds(10000)));
+    EXPECT_EQ(e->stats().num_used_blocks, 0);
+    EXPECT_GT(e->stats().num_preemptions, 0u) << "the pool was meant to force preemptions";
+  }
 }
 
 TEST(Engine, SmallKvPoolPreemptsAndStillAnswersCorrectly) {

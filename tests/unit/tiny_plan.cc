@@ -141,7 +141,7 @@ class Builder {
         residual = s;
       }
       std::vector<TinyParam> cache = {I("layer", l), I("num_kv_heads", Hkv), I("head_dim", hd),
-                                      I("block_size", c_.block_size), S("kv_dtype", c_.kv_int8 ? "int8" : "f32"),
+                                      I("block_size", c_.block_size), S("kv_dtype", c_.kv_dtype),
                                       S("layout", "block_head_slot_dim")};
       int q, k, v;
       if (c_.fused) {
@@ -210,7 +210,10 @@ class Builder {
     spec_.kv_heads = Hkv;
     spec_.kv_head_dim = hd;
     spec_.kv_block_size = c_.block_size;
-    spec_.kv_dtype = c_.kv_int8 ? fb::DType::I8 : fb::DType::F32;
+    spec_.kv_dtype = c_.kv_dtype == "int8"   ? fb::DType::I8
+                     : c_.kv_dtype == "bf16" ? fb::DType::BF16
+                     : c_.kv_dtype == "f16"  ? fb::DType::F16
+                                             : fb::DType::F32;
     spec_.max_tokens = c_.max_tokens;
     spec_.max_seqs = c_.max_seqs;
     spec_.max_model_len = c_.max_model_len;

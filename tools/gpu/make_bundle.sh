@@ -57,6 +57,8 @@ compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_tc.fb" --t
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_lib.fb" --target "$TARGET" \
   --weight-layout cuda-mma
 compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16lib.fb" --target "$TARGET" --weight-dtype bf16
+# A bf16 KV cache (f32 weights) on the tensor cores: the tiled attention's 16-bit loads.
+compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvbf16.fb" --target "$TARGET" --kv-cache-dtype bf16
 compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
@@ -78,6 +80,10 @@ compile "$TINY" -o "$OUT/plans/tiny_llama_int8_mma.fb" --target "$TARGET" --weig
   --quantize int8 --cpu-kernels reference
 compile "$ROOT/tests/fixtures/tiny/mistral_swa" -o "$OUT/plans/tiny_mistral_swa_kv8.fb" --target "$TARGET" \
   --kv-cache-dtype int8
+# An f16 KV cache under a sliding window (the plans with bf16 weights keep bf16 caches: the
+# default --kv-cache-dtype auto follows --weight-dtype).
+compile "$ROOT/tests/fixtures/tiny/mistral_swa" -o "$OUT/plans/tiny_mistral_swa_kvf16.fb" --target "$TARGET" \
+  --kv-cache-dtype f16
 # The tiny llama with a byte-level tokenizer (256 byte tokens, a few merges; written here), for
 # `llmrt serve`, which needs one.
 TOK=$(mktemp -d)
@@ -108,7 +114,8 @@ compile "$TOK" -o "$OUT/plans/tiny_llama_f32_tok.fb" --target "$TARGET"
 rm -rf "$TOK"
 compile() { "$LLMC" compile -q "$@"; }
 # Llama-3-8B shapes, weights generated at load: int4-g128 (GPTQ-like: embedding and lm_head stay
-# bf16) and dense bf16.
+# bf16) and dense bf16; KV caches in bf16 (--kv-cache-dtype auto, from --weight-dtype bf16), as
+# transformers keeps them for a bf16 model.
 CFG=$(mktemp -d)
 cp "$BIG_CONFIG" "$CFG/config.json"
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --target "$TARGET" \
@@ -162,7 +169,7 @@ case_ref() {
   echo "$name $plan $tol $*" >> "$R/cases.txt"
 }
 for plan in tiny_llama_f32 tiny_llama3_rope_f32 gptq4_desc_act_mma_f32gemv awq4_mma_f32gemv tiny_qwen2_bf16 \
-            tiny_mistral_swa_kv8; do
+            tiny_mistral_swa_kv8 tiny_mistral_swa_kvf16; do
   case_ref "$plan" "$plan" 1e-3 "$PROMPT24"
 done
 # Quantized GEMVs over int8 activations against the CPU's fast contract, which quantizes them
@@ -176,6 +183,7 @@ CONTRACT=fast case_ref awq4_mma_unfused awq4_mma 1e-2 "$PROMPT24" --no-fused-qua
 CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
+case_ref tiny_llama_tc_kvbf16 tiny_llama_tc_kvbf16 5e-3 "$PROMPT80"
 case_ref tiny_llama_tc_nographs tiny_llama_tc 5e-3 "$PROMPT80" --no-cuda-graphs
 case_ref gptq4_desc_act_mma_tc gptq4_desc_act_mma_tc 5e-3 "$PROMPT80"
 case_ref tiny_qwen2_bf16lib tiny_qwen2_bf16lib 2e-2 "$PROMPT80"

@@ -1,9 +1,12 @@
 // RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout | FileCheck %s
 // RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout='block-size=32' | FileCheck %s --check-prefix=B32
-// RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=f16' 2>&1 | FileCheck %s --check-prefix=F16
+// RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=f16' | FileCheck %s --check-prefix=F16
+// RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=fp8' 2>&1 | FileCheck %s --check-prefix=FP8
 // RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='block-size=0' 2>&1 | FileCheck %s --check-prefix=B0
 
-// F16: error: kv dtype f16 not supported yet (supported: f32, int8)
+// F16: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f16"
+// F16-COUNT-4: kv_dtype = "f16", layer
+// FP8: error: kv dtype fp8 not supported (supported: f32, bf16, f16, int8)
 // B0: error: kv block size must be positive, got 0
 
 // Two Llama layers: every cache op gets the layout, the module the spec.
