@@ -770,18 +770,18 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
 }
 )cuda";
 
-// Elements d .. d + 3 of cache row r (d a multiple of 4) in one 16-byte (f32) or 4-byte (int8)
-// load, as cacheAt reads them.
-constexpr const char *kF32Read4 = R"cuda(#define K_SCALES nullptr
+// Elements d .. d + 3 of cache row r (d a multiple of 4) in one load, as cacheAt reads them:
+// 16 bytes (f32), 8 (bf16, f16: KvElem of detail::kvElementSource, converted exactly) or 4 (int8).
+constexpr const char *kKvRead4 = R"cuda(#define K_SCALES nullptr
 #define V_SCALES nullptr
-struct alignas(16) Float4 {
-  float v[4];
+struct alignas(4 * sizeof(KvElem)) Elem4 {
+  KvElem v[4];
 };
-__device__ __forceinline__ void cacheRead4(const float *c, const float *, long long r, int d, float out[4]) {
-  const Float4 x = *reinterpret_cast<const Float4 *>(c + r * kHd + d);
+__device__ __forceinline__ void cacheRead4(const KvElem *c, const float *, long long r, int d, float out[4]) {
+  const Elem4 x = *reinterpret_cast<const Elem4 *>(c + r * kHd + d);
 #pragma unroll
   for (int e = 0; e < 4; ++e)
-    out[e] = x.v[e];
+    out[e] = fromKv(x.v[e]);
 }
 )cuda";
 constexpr const char *kInt8Read4 = R"cuda(#define K_SCALES k_scales
@@ -793,20 +793,6 @@ __device__ __forceinline__ void cacheRead4(const signed char *c, const float *sc
 #pragma unroll
   for (int e = 0; e < 4; ++e)
     out[e] = __fmul_rn((float)(signed char)(x >> (8 * e)), s);
-}
-)cuda";
-
-// 16-bit caches (bf16, f16): 4 elements in one 8-byte load, each converted exactly.
-constexpr const char *k16Read4 = R"cuda(#define K_SCALES nullptr
-#define V_SCALES nullptr
-struct alignas(8) Elem4 {
-  unsigned u[2];
-};
-__device__ __forceinline__ void cacheRead4(const KvElem *c, const float *, long long r, int d, float out[4]) {
-  const Elem4 x = *reinterpret_cast<const Elem4 *>(c + r * kHd + d);
-#pragma unroll
-  for (int e = 0; e < 4; ++e)
-    out[e] = fromKv((KvElem)(x.u[e / 2] >> (16 * (e % 2))));
 }
 )cuda";
 
@@ -984,9 +970,8 @@ llmrt::StatusOr<KernelSpec> emitTiled(const AttentionParams &p) {
                                    {"ROWS", std::to_string(rows)},
                                    {"ITEMS", std::to_string(items)},
                                    {"MMA", detail::kTf32Mma},
-                                   {"CACHE_READ", i8                         ? std::string(kInt8Read4)
-                                                  : p.cache.kvDtype == "f32" ? std::string(kF32Read4)
-                                                                             : detail::kvElementSource(p.cache.kvDtype) + k16Read4}});
+                                   {"CACHE_READ", i8 ? std::string(kInt8Read4)
+                                                     : detail::kvElementSource(p.cache.kvDtype) + kKvRead4}});
   return detail::finishSpec("paged_attention", attentionPrefix(p) + "_tc",
                             detail::substitute(kTiledAttentionTemplate, bindings), 128,
                             "rows/" + std::to_string(rows) + "*" + std::to_string(items) + " + seqs*" +

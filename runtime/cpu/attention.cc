@@ -49,9 +49,9 @@ inline const float* kv_rows(const KvLayer& kv, bool is_k, int64_t block, int64_t
   const uint16_t* e = (is_k ? kv.k16 : kv.v16) + slot_offset(kv, block, offset, head);
   const int64_t n = count * kv.head_dim;
   if (kv.bf16)
-    for (int64_t i = 0; i < n; ++i) wide[i] = quant::bf16_to_float(e[i]);
+    vec::widen_bf16(e, n, wide);
   else
-    for (int64_t i = 0; i < n; ++i) wide[i] = quant::half_to_float(e[i]);
+    vec::widen_f16(e, n, wide);
   return wide;
 }
 

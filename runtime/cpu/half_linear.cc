@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/vector_ops.h"
 #include "runtime/quant/quant_format.h"
 
 namespace llmrt::cpu {
@@ -15,14 +16,10 @@ namespace {
 void widen(const HalfMatrix& w, int64_t row, int64_t count, float* out) {
   const uint16_t* src = w.data + row * w.k;
   const int64_t n = count * w.k;
-  if (w.bf16) {
-    for (int64_t i = 0; i < n; ++i) {  // a shift: the compiler vectorizes it
-      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-      std::memcpy(out + i, &bits, 4);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = quant::half_to_float(src[i]);
-  }
+  if (w.bf16)
+    vec::widen_bf16(src, n, out);
+  else
+    vec::widen_f16(src, n, out);
 }
 
 }  // namespace

@@ -130,6 +130,27 @@ int64_t Rotate(const float* x0, const float* x1, const float* c, const float* s,
   return i;
 }
 
+int64_t WidenF16(const uint16_t* h, int64_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(h + i))), d, out + i);
+  return i;
+}
+
+int64_t WidenBf16(const uint16_t* h, int64_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<uint16_t, decltype(d)> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, h + i)))), d, out + i);
+  return i;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace llmrt::cpu::vec
 HWY_AFTER_NAMESPACE();
@@ -137,6 +158,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/quant/quant_format.h"
 
 namespace llmrt::cpu::vec {
 namespace {
@@ -231,6 +253,16 @@ void rotate(const float* x0, const float* x1, const float* c, const float* s, fl
             int64_t n) {
   const int64_t i = LLMRT_VEC_DISPATCH(Rotate, x0, x1, c, s, y0, y1, n);
   rotate_scalar(x0 + i, x1 + i, c + i, s + i, y0 + i, y1 + i, n - i);
+}
+
+void widen_bf16(const uint16_t* h, int64_t n, float* out) {
+  const int64_t i = LLMRT_VEC_DISPATCH(WidenBf16, h, n, out);
+  for (int64_t j = i; j < n; ++j) out[j] = quant::bf16_to_float(h[j]);
+}
+
+void widen_f16(const uint16_t* h, int64_t n, float* out) {
+  const int64_t i = LLMRT_VEC_DISPATCH(WidenF16, h, n, out);  // AVX2, AVX-512: the F16C instruction
+  for (int64_t j = i; j < n; ++j) out[j] = quant::half_to_float(h[j]);
 }
 
 }  // namespace llmrt::cpu::vec

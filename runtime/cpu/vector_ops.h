@@ -30,5 +30,10 @@ void scale_mul(const float* x, float s, const float* w, float* y, int64_t n);
 /// rounded, then the sum). y0/y1 may alias x0/x1 element for element.
 void rotate(const float* x0, const float* x1, const float* c, const float* s, float* y0, float* y1,
             int64_t n);
+/// out[i] = the f32 value of IEEE half h[i], exactly (quant::half_to_float; a NaN stays a NaN,
+/// quieted on the SIMD path).
+void widen_f16(const uint16_t* h, int64_t n, float* out);
+/// out[i] = the f32 value of bf16 h[i] (its bits shifted up), exactly.
+void widen_bf16(const uint16_t* h, int64_t n, float* out);
 
 }  // namespace llmrt::cpu::vec

@@ -195,6 +195,17 @@ TEST(VectorOps, EverySimdLevelGivesTheScalarBits) {
          cpu::vec::rotate(x.data(), x.data() + n, c.data(), s.data(), x.data(), x.data() + n, n);
          return x;
        }},
+      {"widen_f16, widen_bf16", [](int64_t n) {  // (NaN halves aside: F16C quiets them; below)
+         std::vector<uint16_t> h(n);
+         for (int64_t i = 0; i < n; ++i) {
+           h[i] = static_cast<uint16_t>(i * 40503 + 17);
+           if ((h[i] & 0x7C00) == 0x7C00 && (h[i] & 0x3FF)) h[i] = 0x3C00;
+         }
+         std::vector<float> o(2 * n);
+         cpu::vec::widen_f16(h.data(), n, o.data());
+         cpu::vec::widen_bf16(h.data(), n, o.data() + n);
+         return o;
+       }},
   };
   const auto levels = simd_isas();
   if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
@@ -216,6 +227,32 @@ TEST(VectorOps, EverySimdLevelGivesTheScalarBits) {
   volatile float p0 = x0[0] * c[0], p1 = x1[0] * s[0], p2 = x1[0] * c[0], p3 = x0[0] * s[0];
   EXPECT_EQ(y0[0], p0 - p1);
   EXPECT_EQ(y1[0], p2 + p3);
+}
+
+TEST(VectorOps, WidenF16IsExactForEveryHalfAtEveryLevel) {
+  // Every bf16 pattern: its bits shifted up. Every half pattern: the exact f32 value (quant::half_to_float, itself checked against the
+  // compiler's _Float16 in quant_kernels_test.cc), subnormals and infinities included; a NaN
+  // stays a NaN.
+  IsaGuard guard;
+  std::vector<uint16_t> h(65536);
+  for (uint32_t i = 0; i < 65536; ++i) h[i] = static_cast<uint16_t>(i);
+  std::vector<CpuIsa> levels = simd_isas();
+  levels.insert(levels.begin(), CpuIsa::kScalar);
+  for (CpuIsa isa : levels) {
+    set_active_isa(isa);
+    std::vector<float> out(h.size());
+    cpu::vec::widen_f16(h.data(), static_cast<int64_t>(h.size()), out.data());
+    std::vector<float> b(h.size());
+    cpu::vec::widen_bf16(h.data(), static_cast<int64_t>(h.size()), b.data());
+    for (uint32_t i = 0; i < 65536; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(b[i]), i << 16) << i << " " << isa_name(isa);
+      const float want = quant::half_to_float(h[i]);
+      if (std::isnan(want))
+        ASSERT_TRUE(std::isnan(out[i])) << i << " " << isa_name(isa);
+      else
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(want)) << i << " " << isa_name(isa);
+    }
+  }
 }
 
 TEST(SiluMul, ScalarEqualsSimd) {
