@@ -156,6 +156,18 @@ __device__ __forceinline__ void storeRowI8(Value value, signed char *codes, floa
 }
 )cuda";
 
+bool kvCacheHasKernels(const std::string &kvDtype) {
+  return kvDtype == "f32" || kvDtype == "bf16" || kvDtype == "f16" || kvDtype == "int8";
+}
+
+const char *detail::kvElemType(const std::string &kvDtype) {
+  return kvDtype == "int8" ? "signed char" : kvDtype == "f32" ? "float" : "unsigned short";
+}
+
+std::string detail::kvEntrySuffix(const std::string &kvDtype) {
+  return kvDtype == "int8" ? "_i8" : kvDtype == "f32" ? "" : "_" + kvDtype;
+}
+
 std::string detail::kvElementSource(const std::string &kvDtype) {
   if (kvDtype == "f32")
     return R"cuda(namespace {
@@ -916,13 +928,6 @@ llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int
 
 using Bindings = std::vector<std::pair<std::string, std::string>>;
 
-bool knownKvDtype(const std::string &d) { return d == "f32" || d == "bf16" || d == "f16" || d == "int8"; }
-
-// The C type of a cache element ("int8": the code; bf16, f16: the bit pattern).
-const char *kvElemType(const std::string &d) {
-  return d == "int8" ? "signed char" : d == "f32" ? "float" : "unsigned short";
-}
-
 // Bytes per cache element.
 int64_t kvElemBytes(const std::string &d) { return d == "int8" ? 1 : d == "f32" ? 4 : 2; }
 
@@ -935,7 +940,7 @@ Bindings attentionBindings(const AttentionParams &p) {
           {"BS", std::to_string(p.cache.blockSize)},
           {"WINDOW", std::to_string(p.slidingWindow)},
           {"SCALE", detail::floatLiteral(p.scale)},
-          {"ELEM", kvElemType(p.cache.kvDtype)},
+          {"ELEM", detail::kvElemType(p.cache.kvDtype)},
           {"SCALE_PARAMS_DOC", i8 ? "\n//          const float *k_scales, const float *v_scales," : ""},
           {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""}};
 }
@@ -945,7 +950,7 @@ std::string attentionPrefix(const AttentionParams &p) {
   return "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" + std::to_string(p.cache.numKvHeads) + "_d" +
          std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
          (p.slidingWindow ? "_w" + std::to_string(p.slidingWindow) : std::string()) +
-         (p.cache.kvDtype == "int8" ? "_i8" : p.cache.kvDtype == "f32" ? "" : "_" + p.cache.kvDtype);
+         detail::kvEntrySuffix(p.cache.kvDtype);
 }
 
 // The tiled kernel's sizes (kTiledAttentionTemplate): 64 (row, head) pairs per block, key tiles
@@ -982,7 +987,7 @@ llmrt::StatusOr<KernelSpec> emitTiled(const AttentionParams &p) {
 
 llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
   RETURN_IF_ERROR(checkCache("kv_store", p.numKvHeads, p.headDim, p.blockSize));
-  if (!knownKvDtype(p.kvDtype))
+  if (!kvCacheHasKernels(p.kvDtype))
     return llmrt::unimplemented("kv_store: kv dtype '" + p.kvDtype + "' has no GPU kernel (f32, bf16, f16, int8)");
   const bool i8 = p.kvDtype == "int8";
   // int8: one warp per head row (amax is a warp reduction), up to 8 warps.
@@ -998,13 +1003,12 @@ llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
     bindings.emplace_back("ROW_STORE", detail::kInt8RowStore);
   else
     bindings.insert(bindings.end(), {{"KV", p.kvDtype},
-                                     {"ELEM", kvElemType(p.kvDtype)},
+                                     {"ELEM", detail::kvElemType(p.kvDtype)},
                                      {"KV_ELEMENT", detail::kvElementSource(p.kvDtype)}});
   std::string body = detail::substitute(i8 ? kKvStoreInt8Template : kKvStoreTemplate, bindings);
   return detail::finishSpec("kv_store",
                             "llm_kv_store_h" + std::to_string(p.numKvHeads) + "_d" + std::to_string(p.headDim) +
-                                "_b" + std::to_string(p.blockSize) +
-                                (i8 ? "_i8" : p.kvDtype == "f32" ? "" : "_" + p.kvDtype),
+                                "_b" + std::to_string(p.blockSize) + detail::kvEntrySuffix(p.kvDtype),
                             body, block, "rows");
 }
 
@@ -1014,7 +1018,7 @@ bool tiledAttentionApplies(const AttentionParams &p) {
 
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   RETURN_IF_ERROR(checkCache("paged_attention", p.cache.numKvHeads, p.cache.headDim, p.cache.blockSize));
-  if (!knownKvDtype(p.cache.kvDtype))
+  if (!kvCacheHasKernels(p.cache.kvDtype))
     return llmrt::unimplemented("paged_attention: kv dtype '" + p.cache.kvDtype +
                                 "' has no GPU kernel (f32, bf16, f16, int8)");
   const bool i8 = p.cache.kvDtype == "int8";

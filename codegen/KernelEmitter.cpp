@@ -403,8 +403,7 @@ bool hasKernel(Operation *op) {
     return op->getNumOperands() >= 2 && !weightStorage(op, op->getOperand(1)).empty();
   if (name == "llm.kv_store" || name == "llm.rope_kv_store" || name == "llm.paged_attention") {
     auto dtype = op->getAttrOfType<StringAttr>("kv_dtype");
-    return !dtype || dtype.getValue() == "f32" || dtype.getValue() == "bf16" || dtype.getValue() == "f16" ||
-           dtype.getValue() == "int8";
+    return !dtype || kvCacheHasKernels(dtype.getValue().str());
   }
   return name == "llm.rms_norm" || name == "llm.add_rms_norm" || name == "llm.rope" ||
          name == "llm.silu_mul" || name == "llm.add" || name == "llm.split" ||

@@ -225,6 +225,10 @@ struct AttentionParams {
 llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
 /// Whether the tiled kernel takes these sizes (head_dim a multiple of 8, at most 128).
 bool tiledAttentionApplies(const AttentionParams &p);
+
+/// Whether the cache kernels (kv_store, rope_kv_store, paged_attention) keep a KV cache of this
+/// element type: "f32", "bf16", "f16" or "int8".
+bool kvCacheHasKernels(const std::string &kvDtype);
 /// Rows from which a paged-attention step launches its tiled kernel: smaller steps (decode
 /// batches, whose long contexts the per-row kernel splits over blocks) keep the per-row one.
 inline constexpr int kTiledAttentionMinRows = 33;

@@ -50,6 +50,11 @@ extern const char *const kFloatConversions;
 /// (float or the 16-bit pattern), toKv(x) (rounded to nearest even, as the CPU backend stores it)
 /// and fromKv(e) (exact). bf16 / f16 include kFloatConversions. Empty for other types.
 std::string kvElementSource(const std::string &kvDtype);
+/// The C type of a cache element as kernel parameters declare it: "float", "unsigned short" (the
+/// bf16 / f16 bit pattern) or "signed char" (int8 codes).
+const char *kvElemType(const std::string &kvDtype);
+/// The entry-name suffix of cache kernels: "" (f32), "_bf16", "_f16" or "_i8".
+std::string kvEntrySuffix(const std::string &kvDtype);
 
 /// CUDA source of toTf32(v) (cvt.rna.tf32.f32: f32 rounded to 10 mantissa bits, ties away) and
 /// mmaTf32(acc, a, b) (mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 over the warp, the PTX

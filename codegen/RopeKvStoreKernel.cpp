@@ -167,7 +167,7 @@ llmrt::StatusOr<KernelSpec> emitRopeKvStoreKernel(const RopeKvStoreParams &p) {
         ", head_dim " + std::to_string(c.headDim) + " (even, at most 1024, the rotation's " +
         std::to_string(r.headDim) + "), block_size " + std::to_string(c.blockSize) +
         " (at most 4096) out of range");
-  if (c.kvDtype != "f32" && c.kvDtype != "bf16" && c.kvDtype != "f16" && c.kvDtype != "int8")
+  if (!kvCacheHasKernels(c.kvDtype))
     return llmrt::unimplemented("rope_kv_store: kv dtype '" + c.kvDtype +
                                 "' has no GPU kernel (f32, bf16, f16, int8)");
   const bool i8 = c.kvDtype == "int8";
@@ -193,11 +193,11 @@ llmrt::StatusOr<KernelSpec> emitRopeKvStoreKernel(const RopeKvStoreParams &p) {
   std::string body = i8 ? detail::substitute(kInt8Template, {{"CONSTANTS", constants}})
                         : detail::substitute(kTemplate, {{"CONSTANTS", constants},
                                                          {"KV_ELEMENT", detail::kvElementSource(c.kvDtype)},
-                                                         {"ELEM", c.kvDtype == "f32" ? "float" : "unsigned short"}});
+                                                         {"ELEM", detail::kvElemType(c.kvDtype)}});
   return detail::finishSpec("rope_kv_store",
                             "llm_rope_kv_store_h" + std::to_string(r.numHeads) + "_" +
                                 std::to_string(c.numKvHeads) + "_d" + std::to_string(c.headDim) + "_b" +
-                                std::to_string(c.blockSize) + (i8 ? "_i8" : c.kvDtype == "f32" ? "" : "_" + c.kvDtype),
+                                std::to_string(c.blockSize) + detail::kvEntrySuffix(c.kvDtype),
                             body, block, "rows");
 }
 

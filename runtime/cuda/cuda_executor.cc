@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/module_select.h"
 #include "runtime/engine/batch_check.h"
+#include "runtime/plan/plan_inspect.h"
 #include "runtime/engine/profiler.h"
 
 namespace llmrt::cuda {
@@ -137,7 +138,6 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
                                            "plan's is ") +
                                fb::EnumNameDType(kv->dtype()));
   kv_i8_ = kv->dtype() == fb::DType::I8;
-  kv_elem_bytes_ = kv_i8_ ? 1 : kv->dtype() == fb::DType::F32 ? 4 : 2;
   num_layers_ = kv->num_layers();
   num_kv_heads_ = kv->num_kv_heads();
   head_dim_ = kv->head_dim();
@@ -221,7 +221,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   // Per layer a K half and a V half, each its elements [blocks, kv_heads, block_size, head_dim]
   // (f32, bf16, f16 or int8) then, for int8, one f32 scale per [block, kv_head, slot].
   const uint64_t block_rows = static_cast<uint64_t>(num_kv_heads_) * block_size_;
-  kv_block_bytes_per_layer_ = block_rows * head_dim_ * kv_elem_bytes_;
+  kv_block_bytes_per_layer_ = block_rows * head_dim_ * kv_elem_bytes(kv->dtype());
   kv_codes_bytes_ = align_up(kv_block_bytes_per_layer_ * static_cast<uint64_t>(num_kv_blocks_));
   kv_half_bytes_ = kv_codes_bytes_ +
                    (kv_i8_ ? align_up(block_rows * sizeof(float) * static_cast<uint64_t>(num_kv_blocks_)) : 0);

@@ -230,7 +230,6 @@ class CudaExecutor : public Executor {
   DevicePtr tokens_ = 0, positions_ = 0, slots_ = 0, query_start_ = 0, tables_ = 0, logit_rows_ = 0;
   DevicePtr perms_ = 0, summaries_ = 0, work_ = 0, draws_ = 0, drawn_ = 0;
   bool kv_i8_ = false;  // int8 codes plus f32 scales per row
-  int kv_elem_bytes_ = 4;  // f32 4, bf16 / f16 2, int8 1
   uint64_t kv_layer_bytes_ = 0, kv_half_bytes_ = 0, kv_codes_bytes_ = 0, kv_block_bytes_per_layer_ = 0;
   std::vector<uint64_t> tensor_offset_;  // per plan tensor: offset in weights_
   std::vector<int32_t> table_staging_;   // [max_seqs, table_stride]

@@ -11,6 +11,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/engine/batch_check.h"
+#include "runtime/plan/plan_inspect.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/engine/profiler.h"
 
@@ -122,7 +123,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     return unimplemented(std::string("KV cache dtype ") + fb::EnumNameDType(kv->dtype()) +
                          " (the CPU backend supports F32, BF16, F16 and I8)");
   kv_dtype_ = kv->dtype();
-  kv_i8_ = kv_dtype_ == fb::DType::I8;
+  kv_elem_bytes_ = kv_elem_bytes(kv_dtype_);
   if (kv->layout() && kv->layout()->size() != 0 && kv->layout()->str() != "block_head_slot_dim")
     return unimplemented("KV cache layout '" + kv->layout()->str() + "'");
   num_layers_ = kv->num_layers();
@@ -233,8 +234,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
                                              : std::max(1u, std::thread::hardware_concurrency());
     const long double need =
         static_cast<long double>(arena_bytes_) +
-        static_cast<long double>(num_kv_heads_) * block_size_ * num_kv_blocks_ * 2 * num_layers_ *
-            (kv_i8_ ? head_dim_ + 4 : head_dim_ * kv_elem_bytes()) +
+        static_cast<long double>(kv_bytes_per_token(plan.fb())) * block_size_ * num_kv_blocks_ +
         static_cast<long double>(threads) * max_model_len_ * 4;
     if (need > static_cast<long double>(opt.max_memory_bytes))
       return resource_exhausted("the plan needs " + str(static_cast<int64_t>(std::min<long double>(need, 9e18))) +
@@ -265,8 +265,8 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   // One layer: f32 (bf16, f16) K then V; int8 K codes, V codes, then K and V scales (one f32 per
   // head row).
   const uint64_t rows = per_block / head_dim_ * num_kv_blocks_;
-  kv_layer_bytes_ = kv_i8_ ? ((2 * rows * head_dim_ + 63) / 64 * 64 + 2 * rows * sizeof(float) + 63) / 64 * 64
-                           : (2 * rows * head_dim_ * kv_elem_bytes() + 63) / 64 * 64;
+  kv_layer_bytes_ = kv_i8() ? ((2 * rows * head_dim_ + 63) / 64 * 64 + 2 * rows * sizeof(float) + 63) / 64 * 64
+                            : (2 * rows * head_dim_ * kv_elem_bytes_ + 63) / 64 * 64;
   const uint64_t kv_bytes = kv_layer_bytes_ * num_layers_;
   // Anonymous pages read as zero and are committed on first write, so a large pool costs
   // resident memory only as sequences fill it.
@@ -842,13 +842,13 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
   auto kv_layer = [&](int layer) {
     cpu::KvLayer kv;
     uint8_t* base = reinterpret_cast<uint8_t*>(kv_cache_.get()) + kv_layer_bytes_ * layer;
-    if (kv_i8_) {
+    if (kv_i8()) {
       const uint64_t codes = layer_floats;  // one byte per element
       kv.k8 = reinterpret_cast<int8_t*>(base);
       kv.v8 = kv.k8 + codes;
       kv.ks = reinterpret_cast<float*>(base + (2 * codes + 63) / 64 * 64);
       kv.vs = kv.ks + codes / head_dim_;
-    } else if (kv_elem_bytes() == 2) {
+    } else if (kv_elem_bytes_ == 2) {
       kv.k16 = reinterpret_cast<uint16_t*>(base);
       kv.v16 = kv.k16 + layer_floats;
       kv.bf16 = kv_dtype_ == fb::DType::BF16;
@@ -968,7 +968,7 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
   const size_t layer_elems = elems * num_kv_blocks_;
   for (int l = 0; l < num_layers_; ++l) {
     uint8_t* base = reinterpret_cast<uint8_t*>(kv_cache_.get()) + kv_layer_bytes_ * l;
-    if (kv_i8_) {
+    if (kv_i8()) {
       float* scales = reinterpret_cast<float*>(base + (2 * layer_elems + 63) / 64 * 64);
       for (int kv = 0; kv < 2; ++kv) {
         uint8_t* codes = base + layer_elems * kv;
@@ -978,7 +978,7 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
       }
       continue;
     }
-    const size_t eb = static_cast<size_t>(kv_elem_bytes());  // f32, bf16, f16
+    const size_t eb = kv_elem_bytes_;  // f32, bf16, f16
     for (int kv = 0; kv < 2; ++kv) {
       uint8_t* half = base + layer_elems * eb * kv;
       std::memcpy(half + elems * eb * dst, half + elems * eb * src, elems * eb);

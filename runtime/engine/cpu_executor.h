@@ -74,9 +74,7 @@ class CpuExecutor : public Executor {
   size_t workspace_bytes() const override;
   size_t kv_cache_bytes() const override { return kv_bytes_; }
   std::string device_name() const override { return "cpu"; }
-  bool kv_int8() const { return kv_i8_; }
-  /// The KV cache's element type (F32, BF16, F16 or I8).
-  fb::DType kv_dtype() const { return kv_dtype_; }
+  bool kv_int8() const { return kv_i8(); }
   /// "reference" | "fast": the contract quantized weights run under.
   const char* cpu_kernels() const override;
 
@@ -108,9 +106,9 @@ class CpuExecutor : public Executor {
   std::unique_ptr<float, KvUnmapDeleter> kv_cache_;  // [layers][K|V][blocks, kv_heads, block_size, head_dim]
   size_t kv_bytes_ = 0;
   size_t kv_layer_bytes_ = 0;          // one layer: K and V (int8: codes, then per-row scales)
-  bool kv_i8_ = false;
-  fb::DType kv_dtype_ = fb::DType::F32;
-  int kv_elem_bytes() const { return kv_i8_ ? 1 : kv_dtype_ == fb::DType::F32 ? 4 : 2; }
+  size_t kv_elem_bytes_ = 4;           // kv_elem_bytes(kv_dtype_)
+  fb::DType kv_dtype_ = fb::DType::F32;  // F32, BF16, F16 or I8
+  bool kv_i8() const { return kv_dtype_ == fb::DType::I8; }
   std::vector<float> attn_scratch_;    // [threads][max_model_len]
   std::vector<int32_t> seq_of_row_;    // [max_tokens]
   uint8_t contract_ = 0;               // cpu::CpuContract

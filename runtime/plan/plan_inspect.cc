@@ -23,13 +23,21 @@ std::string human(uint64_t bytes) {
 
 }  // namespace
 
+uint64_t kv_elem_bytes(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32: return 4;
+    case fb::DType::BF16:
+    case fb::DType::F16: return 2;
+    case fb::DType::I8: return 1;
+    default: return 0;
+  }
+}
+
 uint64_t kv_bytes_per_token(const fb::Plan& plan) {
   const fb::KvSpec* kv = plan.kv();
   if (!kv) return 0;
-  // int8: one byte per element plus one f32 scale per head row; f32 4 bytes, bf16 / f16 2.
-  const uint64_t row = kv->dtype() == fb::DType::I8 ? kv->head_dim() + 4ull
-                       : kv->dtype() == fb::DType::F32 ? kv->head_dim() * 4ull
-                                                       : kv->head_dim() * 2ull;
+  // int8: one byte per element plus one f32 scale per head row.
+  const uint64_t row = kv->head_dim() * kv_elem_bytes(kv->dtype()) + (kv->dtype() == fb::DType::I8 ? 4ull : 0ull);
   return 2ull * kv->num_layers() * kv->num_kv_heads() * row;
 }
 

@@ -9,6 +9,9 @@
 
 namespace llmrt {
 
+/// Bytes of one KV cache element: F32 4, BF16 / F16 2, I8 1 (its per-row scales apart); 0 for a
+/// type no backend keeps.
+uint64_t kv_elem_bytes(fb::DType dtype);
 /// Bytes of K and V for one token across all layers, from the plan's KvSpec.
 uint64_t kv_bytes_per_token(const fb::Plan& plan);
 /// Workspace (activation arena + attention scratch) for a step of `tokens` tokens on `threads`.
