@@ -157,11 +157,11 @@ __device__ __forceinline__ void storeRowI8(Value value, signed char *codes, floa
 )cuda";
 
 bool kvCacheHasKernels(const std::string &kvDtype) {
-  return kvDtype == "f32" || kvDtype == "bf16" || kvDtype == "f16" || kvDtype == "int8";
+  return kvDtype == "f32" || kvDtype == "bf16" || kvDtype == "f16" || kvDtype == "fp8" || kvDtype == "int8";
 }
 
 const char *detail::kvElemType(const std::string &kvDtype) {
-  return kvDtype == "int8" ? "signed char" : kvDtype == "f32" ? "float" : "unsigned short";
+  return kvDtype == "int8" ? "signed char" : kvDtype == "f32" ? "float" : kvDtype == "fp8" ? "unsigned char" : "unsigned short";
 }
 
 std::string detail::kvEntrySuffix(const std::string &kvDtype) {
@@ -174,6 +174,32 @@ std::string detail::kvElementSource(const std::string &kvDtype) {
 typedef float KvElem; // an f32 KV cache: elements as they are
 __device__ __forceinline__ KvElem toKv(float x) { return x; }
 __device__ __forceinline__ float fromKv(KvElem e) { return e; }
+} // namespace
+)cuda";
+  if (kvDtype == "fp8")
+    // E4M3 (runtime/quant/quant_format.h: the CPU's float_to_e4m3 / e4m3_to_float, the same
+    // operations): stored rounded to nearest even, saturating at +-448 (cvt.rn.satfinite's
+    // result, computed here on every SKU: sm_80 / sm_86 have no fp8 conversion, and the host
+    // emulation runs this code); read exactly, the code moved into a half's place (its
+    // exponent is the half's plus 8), widened, times 2^8.
+    return std::string(kFloatConversions) + R"cuda(namespace {
+typedef unsigned char KvElem; // an fp8 E4M3 KV cache
+__device__ __forceinline__ KvElem toKv(float x) {
+  const unsigned u = __float_as_uint(x), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) // NaN: the NaN code
+    return 0x7fu;
+  if (a >= 0x43e00000u) // 448 and up, infinity included: the largest finite
+    return (KvElem)(sign | 0x7eu);
+  if (a < 0x3c800000u) // below 2^-6: a subnormal code, |x| * 2^9 rounded to an integer
+    return (KvElem)(sign | (unsigned)rintf(__uint_as_float(a) * 512.0f));
+  return (KvElem)(sign | ((a + 0x7ffffu + ((a >> 20) & 1u) - (120u << 23)) >> 20)); // rebias 127 -> 7, round
+}
+__device__ __forceinline__ float fromKv(KvElem e) {
+  const unsigned c = e;
+  if ((c & 0x7fu) == 0x7fu)
+    return __uint_as_float(0x7fc00000u | ((c & 0x80u) << 24));
+  return halfToFloat(((c & 0x7fu) << 7) | ((c & 0x80u) << 8)) * 256.0f;
+}
 } // namespace
 )cuda";
   if (kvDtype != "bf16" && kvDtype != "f16")
@@ -929,7 +955,7 @@ llmrt::Status checkCache(const char *what, int64_t kvHeads, int64_t headDim, int
 using Bindings = std::vector<std::pair<std::string, std::string>>;
 
 // Bytes per cache element.
-int64_t kvElemBytes(const std::string &d) { return d == "int8" ? 1 : d == "f32" ? 4 : 2; }
+int64_t kvElemBytes(const std::string &d) { return d == "int8" || d == "fp8" ? 1 : d == "f32" ? 4 : 2; }
 
 // The bindings both attention templates share: sizes, window, scale and the cache's element type.
 Bindings attentionBindings(const AttentionParams &p) {
@@ -988,7 +1014,7 @@ llmrt::StatusOr<KernelSpec> emitTiled(const AttentionParams &p) {
 llmrt::StatusOr<KernelSpec> emitKvStoreKernel(const KvCacheParams &p) {
   RETURN_IF_ERROR(checkCache("kv_store", p.numKvHeads, p.headDim, p.blockSize));
   if (!kvCacheHasKernels(p.kvDtype))
-    return llmrt::unimplemented("kv_store: kv dtype '" + p.kvDtype + "' has no GPU kernel (f32, bf16, f16, int8)");
+    return llmrt::unimplemented("kv_store: kv dtype '" + p.kvDtype + "' has no GPU kernel (f32, bf16, f16, fp8, int8)");
   const bool i8 = p.kvDtype == "int8";
   // int8: one warp per head row (amax is a warp reduction), up to 8 warps.
   const int block = i8 ? 32 * static_cast<int>(std::min<int64_t>(8, p.numKvHeads))
@@ -1020,7 +1046,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
   RETURN_IF_ERROR(checkCache("paged_attention", p.cache.numKvHeads, p.cache.headDim, p.cache.blockSize));
   if (!kvCacheHasKernels(p.cache.kvDtype))
     return llmrt::unimplemented("paged_attention: kv dtype '" + p.cache.kvDtype +
-                                "' has no GPU kernel (f32, bf16, f16, int8)");
+                                "' has no GPU kernel (f32, bf16, f16, fp8, int8)");
   const bool i8 = p.cache.kvDtype == "int8";
   if (p.numHeads <= 0 || p.numHeads % p.cache.numKvHeads != 0 || p.numHeads * p.cache.headDim > detail::kMaxDim)
     return llmrt::invalid_argument("paged_attention: " + std::to_string(p.numHeads) +

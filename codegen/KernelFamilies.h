@@ -227,7 +227,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p);
 bool tiledAttentionApplies(const AttentionParams &p);
 
 /// Whether the cache kernels (kv_store, rope_kv_store, paged_attention) keep a KV cache of this
-/// element type: "f32", "bf16", "f16" or "int8".
+/// element type: "f32", "bf16", "f16", "fp8" (E4M3) or "int8".
 bool kvCacheHasKernels(const std::string &kvDtype);
 /// Rows from which a paged-attention step launches its tiled kernel: smaller steps (decode
 /// batches, whose long contexts the per-row kernel splits over blocks) keep the per-row one.

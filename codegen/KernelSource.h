@@ -46,14 +46,15 @@ extern const char *const kBlockReductions;
 /// even), the 16-byte Vec16 and loadFloat4.
 extern const char *const kFloatConversions;
 
-/// CUDA source of a KV cache's element for kvDtype "f32", "bf16" or "f16": the type KvElem
-/// (float or the 16-bit pattern), toKv(x) (rounded to nearest even, as the CPU backend stores it)
-/// and fromKv(e) (exact). bf16 / f16 include kFloatConversions. Empty for other types.
+/// CUDA source of a KV cache's element for kvDtype "f32", "bf16", "f16" or "fp8": the type KvElem
+/// (float, the 16-bit pattern or the E4M3 code), toKv(x) (rounded to nearest even, as the CPU
+/// backend stores it; fp8 saturating at +-448) and fromKv(e) (exact). bf16 / f16 / fp8 include
+/// kFloatConversions. Empty for other types.
 std::string kvElementSource(const std::string &kvDtype);
 /// The C type of a cache element as kernel parameters declare it: "float", "unsigned short" (the
-/// bf16 / f16 bit pattern) or "signed char" (int8 codes).
+/// bf16 / f16 bit pattern), "unsigned char" (fp8 codes) or "signed char" (int8 codes).
 const char *kvElemType(const std::string &kvDtype);
-/// The entry-name suffix of cache kernels: "" (f32), "_bf16", "_f16" or "_i8".
+/// The entry-name suffix of cache kernels: "" (f32), "_bf16", "_f16", "_fp8" or "_i8".
 std::string kvEntrySuffix(const std::string &kvDtype);
 
 /// CUDA source of toTf32(v) (cvt.rna.tf32.f32: f32 rounded to 10 mantissa bits, ties away) and

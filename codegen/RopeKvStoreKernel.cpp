@@ -169,7 +169,7 @@ llmrt::StatusOr<KernelSpec> emitRopeKvStoreKernel(const RopeKvStoreParams &p) {
         " (at most 4096) out of range");
   if (!kvCacheHasKernels(c.kvDtype))
     return llmrt::unimplemented("rope_kv_store: kv dtype '" + c.kvDtype +
-                                "' has no GPU kernel (f32, bf16, f16, int8)");
+                                "' has no GPU kernel (f32, bf16, f16, fp8, int8)");
   const bool i8 = c.kvDtype == "int8";
   ASSIGN_OR_RETURN(std::string rotation, detail::ropeRotationSource(r));
   // f32: one thread per q pair; int8: the same, and one warp per kv head row (up to 8 warps).

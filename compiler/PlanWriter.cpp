@@ -491,10 +491,11 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   const std::pair<fb::DType, const char *> kvType = kvDtype == "int8"   ? std::pair{fb::DType::I8, "kv_i8"}
                                                     : kvDtype == "bf16" ? std::pair{fb::DType::BF16, "kv_bf16"}
                                                     : kvDtype == "f16"  ? std::pair{fb::DType::F16, "kv_f16"}
+                                                    : kvDtype == "fp8"  ? std::pair{fb::DType::F8E4M3, "kv_fp8_e4m3"}
                                                     : kvDtype == "f32"  ? std::pair{fb::DType::F32, "kv_f32"}
                                                                         : std::pair{fb::DType::Unknown, ""};
   if (kvType.first == fb::DType::Unknown)
-    return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels (f32, bf16, f16, int8)");
+    return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels (f32, bf16, f16, fp8, int8)");
   auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize, kvType.first, layout.c_str());
 
   auto perToken = fn->getAttrOfType<IntegerAttr>("llm.arena_bytes_per_token");

@@ -115,8 +115,8 @@ LogicalResult verifyKvLayoutAttrs(Operation *op, IntegerAttr blockSize,
     return op->emitOpError() << "block_size must be positive, got "
                              << blockSize.getInt();
   StringRef dtype = kvDtype.getValue();
-  if (dtype != "f32" && dtype != "f16" && dtype != "bf16" && dtype != "int8")
-    return op->emitOpError() << "kv_dtype must be one of f32, f16, bf16, int8, got '"
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16" && dtype != "fp8" && dtype != "int8")
+    return op->emitOpError() << "kv_dtype must be one of f32, f16, bf16, fp8, int8, got '"
                              << dtype << "'";
   if (layout.getValue() != kKvLayoutBlockHeadSlotDim)
     return op->emitOpError() << "unknown kv layout '" << layout.getValue()

@@ -36,11 +36,11 @@ struct KvCacheLayoutPass : llmc::impl::KvCacheLayoutBase<KvCacheLayoutPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (kvDtype != "f32" && kvDtype != "bf16" && kvDtype != "f16" && kvDtype != "int8") {
+    if (kvDtype != "f32" && kvDtype != "bf16" && kvDtype != "f16" && kvDtype != "fp8" && kvDtype != "int8") {
       // Located at the module but without dumping it (no op attached).
       mlir::emitError(module.getLoc())
           << "kv dtype " << std::string(kvDtype)
-                         << " not supported (supported: f32, bf16, f16, int8)";
+                         << " not supported (supported: f32, bf16, f16, fp8, int8)";
       return signalPassFailure();
     }
     if (blockSize <= 0) {

@@ -106,16 +106,17 @@ def KvCacheLayout : Pass<"llm-kv-cache-layout", "::mlir::ModuleOp"> {
     `llm.kv_spec = {num_layers, num_kv_heads, head_dim, block_size, kv_dtype,
     layout}` (num_layers = highest layer + 1). Fails when the cache ops
     disagree on num_kv_heads or head_dim, when a paged_attention reads a layer
-    no kv_store writes, or for a kv dtype other than f32, bf16, f16 or int8
-    (bf16, f16: elements rounded to nearest even when stored; int8: codes
-    with one f32 scale per token and head, see runtime/cpu/kernels.h).
+    no kv_store writes, or for a kv dtype other than f32, bf16, f16, fp8 or
+    int8 (bf16, f16: elements rounded to nearest even when stored; fp8: E4M3,
+    rounded to nearest even, saturating at +-448; int8: codes with one f32
+    scale per token and head, see runtime/cpu/kernels.h).
     A module without cache ops is left unchanged.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"16",
            "tokens per KV-cache block">,
     Option<"kvDtype", "kv-dtype", "std::string", /*default=*/"\"f32\"",
-           "element type of the KV cache: f32, bf16, f16 or int8">,
+           "element type of the KV cache: f32, bf16, f16, fp8 (E4M3) or int8">,
   ];
   let dependentDialects = ["::llmc::llm::LLMDialect"];
 }

@@ -187,9 +187,10 @@ int main(int argc, char **argv) {
       ->check(CLI::IsMember({"interleaved8", "row-groups", "cuda-mma"}));
   compile->add_option("--kv-cache-dtype", copts.kvCacheDtype,
                       "KV cache element type: auto (default: the --weight-dtype, f32 unless told), f32, bf16 or "
-                      "f16 (rounded to nearest even; half the bytes of f32), or int8 (one f32 scale per token "
-                      "and head)")
-      ->check(CLI::IsMember({"auto", "f32", "bf16", "f16", "int8"}));
+                      "f16 (rounded to nearest even; half the bytes of f32), fp8 (E4M3, rounded to nearest "
+                      "even and saturating at +-448, unscaled; a quarter of f32's bytes), or int8 (one f32 "
+                      "scale per token and head)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "f16", "fp8", "int8"}));
   compile->add_option("--cpu-kernels", copts.cpuKernels,
                       "numerical contract of quantized CPU kernels recorded in the plan: fast (int8 "
                       "activations, integer dot products) or reference (dequantize to f32)")

@@ -10,8 +10,6 @@
 namespace llmrt::cpu {
 namespace {
 
-constexpr int kMaxHeadDim = 1024;  // the executor rejects larger heads
-
 inline int64_t slot_row(const KvLayer& kv, int64_t block, int64_t offset, int head) {
   return (block * kv.num_kv_heads + head) * kv.block_size + offset;
 }
@@ -30,6 +28,11 @@ void store_row_i8(const float* x, int hd, int8_t* codes, float* scale) {
   *scale = s;
 }
 
+// One head row of an fp8 E4M3 cache, each element rounded to nearest even, saturating.
+void store_row_fp8(const float* x, int hd, uint8_t* out) {
+  for (int d = 0; d < hd; ++d) out[d] = quant::float_to_e4m3(x[d]);
+}
+
 // One head row of a 16-bit cache, each element rounded to nearest even.
 void store_row_16(const float* x, int hd, bool bf16, uint16_t* out) {
   if (bf16)
@@ -38,14 +41,28 @@ void store_row_16(const float* x, int hd, bool bf16, uint16_t* out) {
     for (int d = 0; d < hd; ++d) out[d] = quant::float_to_half(x[d]);
 }
 
-// Floats a 16-bit cache's rows are widened into at a time (attention), per thread.
+// Floats a 16-bit, fp8 or int8 cache's rows are widened into at a time (attention), per thread: at
+// least 4 rows, as the executor rejects heads over 1024.
 constexpr int64_t kWideFloats = 4096;
 
 // The f32 rows of K or V at (block, offset .. offset + count - 1, head): in place for f32,
-// widened exactly into wide (count * head_dim <= kWideFloats) for 16-bit caches.
+// widened into wide (count * head_dim <= kWideFloats) otherwise: exactly for 16-bit and fp8
+// caches, code * scale per row for int8 (the rows of a block's head are contiguous, so are their scales).
 inline const float* kv_rows(const KvLayer& kv, bool is_k, int64_t block, int64_t offset, int head,
                             int64_t count, float* wide) {
   if (kv.k) return (is_k ? kv.k : kv.v) + slot_offset(kv, block, offset, head);
+  if (kv.k8) {
+    const int64_t row = slot_row(kv, block, offset, head);
+    const int8_t* c = (is_k ? kv.k8 : kv.v8) + row * kv.head_dim;
+    const float* s = (is_k ? kv.ks : kv.vs) + row;
+    for (int64_t r = 0; r < count; ++r)
+      vec::dequant_i8(c + r * kv.head_dim, s[r], kv.head_dim, wide + r * kv.head_dim);
+    return wide;
+  }
+  if (kv.kf8) {
+    vec::widen_e4m3((is_k ? kv.kf8 : kv.vf8) + slot_offset(kv, block, offset, head), count * kv.head_dim, wide);
+    return wide;
+  }
   const uint16_t* e = (is_k ? kv.k16 : kv.v16) + slot_offset(kv, block, offset, head);
   const int64_t n = count * kv.head_dim;
   if (kv.bf16)
@@ -53,16 +70,6 @@ inline const float* kv_rows(const KvLayer& kv, bool is_k, int64_t block, int64_t
   else
     vec::widen_f16(e, n, wide);
   return wide;
-}
-
-// The f32 row of K or V at (block, offset, head) of an int8 cache, dequantized into tmp.
-inline const float* kv_row_i8(const KvLayer& kv, bool is_k, int64_t block, int64_t offset, int head,
-                              float* tmp) {
-  const int64_t row = slot_row(kv, block, offset, head);
-  const int8_t* c = (is_k ? kv.k8 : kv.v8) + row * kv.head_dim;
-  const float s = (is_k ? kv.ks : kv.vs)[row];
-  for (int d = 0; d < kv.head_dim; ++d) tmp[d] = static_cast<float>(c[d]) * s;
-  return tmp;
 }
 
 // Head h of one token's k and v rows into the cache at `slot`.
@@ -75,6 +82,11 @@ void store_head(const float* kx, const float* vx, int64_t slot, int h, const KvL
     return;
   }
   const int64_t dst = slot_offset(kv, block, off, h);
+  if (kv.kf8) {
+    store_row_fp8(kx, kv.head_dim, kv.kf8 + dst);
+    store_row_fp8(vx, kv.head_dim, kv.vf8 + dst);
+    return;
+  }
   if (kv.k16) {
     store_row_16(kx, kv.head_dim, kv.bf16, kv.k16 + dst);
     store_row_16(vx, kv.head_dim, kv.bf16, kv.v16 + dst);
@@ -135,7 +147,7 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
   const int64_t bs = kv.block_size;
   pool.parallel_for(rows * num_heads, [&](int64_t b, int64_t e, int worker) {
     float* scores = scratch + worker * scratch_stride;
-    alignas(64) float wide_scratch[kWideFloats];  // a 16-bit cache's rows, widened
+    alignas(64) float wide_scratch[kWideFloats];  // a 16-bit, fp8 or int8 cache's rows, widened
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / num_heads;
       const int h = static_cast<int>(item % num_heads);
@@ -151,49 +163,32 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
           batch.block_tables + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
       const float* qh = q + t * width + static_cast<int64_t>(h) * hd;
       const int kvh = h / group;
-      float tmp[kMaxHeadDim];
       float mx = -INFINITY;
       // Rows of a block run at a time: all of it in place (f32), what fits the widening buffer
-      // (16-bit: the same numbers as an f32 cache holding the rounded values).
+      // otherwise (the same numbers as an f32 cache holding the rounded / dequantized values).
+      // A block holds a head's slots as contiguous rows: one linear_range per run (the same
+      // products and order as dot(), several keys at a time).
       const int64_t run_cap = kv.k ? bs : std::max<int64_t>(1, kWideFloats / hd);
-      if (!kv.k8) {
-        // A block holds a head's slots as contiguous rows: one linear_range per run (the same
-        // products and order as dot(), several keys at a time).
-        for (int64_t j = lo; j <= p;) {
-          const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
-          linear_range(qh, nullptr, 0, 1, hd, kv_rows(kv, true, table[j / bs], j % bs, kvh, cnt, wide_scratch),
-                       cnt, nullptr, scores + (j - lo), cnt);
-          j += cnt;
-        }
-        for (int64_t j = lo; j <= p; ++j) {
-          const float sc = scores[j - lo] * scale;
-          scores[j - lo] = sc;
-          mx = std::max(mx, sc);
-        }
-      } else {
-        for (int64_t j = lo; j <= p; ++j) {
-          const float* kj = kv_row_i8(kv, true, table[j / bs], j % bs, kvh, tmp);
-          const float sc = dot(qh, kj, hd) * scale;
-          scores[j - lo] = sc;
-          mx = std::max(mx, sc);
-        }
+      for (int64_t j = lo; j <= p;) {
+        const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
+        linear_range(qh, nullptr, 0, 1, hd, kv_rows(kv, true, table[j / bs], j % bs, kvh, cnt, wide_scratch),
+                     cnt, nullptr, scores + (j - lo), cnt);
+        j += cnt;
+      }
+      for (int64_t j = lo; j <= p; ++j) {
+        const float sc = scores[j - lo] * scale;
+        scores[j - lo] = sc;
+        mx = std::max(mx, sc);
       }
       vec::exp_shifted(scores, p - lo + 1, mx);
       float sum = 0.0f;
       for (int64_t j = lo; j <= p; ++j) sum += scores[j - lo];
       std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
-      if (!kv.k8) {
-        for (int64_t j = lo; j <= p;) {  // per run of contiguous V rows
-          const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
-          axpy_rows(scores + (j - lo), cnt, kv_rows(kv, false, table[j / bs], j % bs, kvh, cnt, wide_scratch), hd,
-                    o, hd);
-          j += cnt;
-        }
-      } else {
-        for (int64_t j = lo; j <= p; ++j) {
-          const float* vj = kv_row_i8(kv, false, table[j / bs], j % bs, kvh, tmp);
-          axpy(scores[j - lo], vj, o, hd);
-        }
+      for (int64_t j = lo; j <= p;) {  // per run of contiguous V rows
+        const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
+        axpy_rows(scores + (j - lo), cnt, kv_rows(kv, false, table[j / bs], j % bs, kvh, cnt, wide_scratch), hd,
+                  o, hd);
+        j += cnt;
       }
       const float inv = 1.0f / sum;
       for (int d = 0; d < hd; ++d) o[d] *= inv;

@@ -230,6 +230,8 @@ struct KvLayer {
   uint16_t* k16 = nullptr;
   uint16_t* v16 = nullptr;
   bool bf16 = false;
+  uint8_t* kf8 = nullptr;  // fp8 E4M3 cache (quant::float_to_e4m3)
+  uint8_t* vf8 = nullptr;
   int8_t* k8 = nullptr;
   int8_t* v8 = nullptr;
   float* ks = nullptr;
@@ -242,7 +244,8 @@ struct KvLayer {
 
 /// K/V[slot] = k/v[t] for every t with slots[t] >= 0. k, v are [rows, num_kv_heads * head_dim].
 /// int8 cache: each head's row is stored as codes lrint(x / s), s = amax / 127 (0 for all-zero);
-/// 16-bit cache: each element rounded to nearest even (quant::float_to_bf16 / float_to_half).
+/// 16-bit cache: each element rounded to nearest even (quant::float_to_bf16 / float_to_half);
+/// fp8 cache: each element rounded to nearest even E4M3, saturating at +-448 (quant::float_to_e4m3).
 void kv_store(const float* k, const float* v, int64_t rows, const int64_t* slots,
               const KvLayer& kv, ThreadPool& pool);
 
@@ -261,9 +264,9 @@ struct AttentionBatch {
   int32_t max_blocks_per_seq = 0;
 };
 
-/// Causal GQA over the paged cache (int8 caches are dequantized row by row, code * scale, then
-/// follow the same f32 order; 16-bit caches are widened exactly, so their results are the bits of
-/// an f32 cache holding the rounded values): row t of sequence s at position p attends to positions
+/// Causal GQA over the paged cache (int8 caches are dequantized, code * scale, and 16-bit and fp8
+/// caches widened exactly, a block's run of rows at a time, then the f32 kernels: their results are the
+/// bits of an f32 cache holding the dequantized / rounded values): row t of sequence s at position p attends to positions
 /// max(0, p - window + 1) .. p (window 0 = all), head h reads kv head h / (num_heads / kv heads).
 /// q and out are [rows, num_heads * head_dim]. scratch holds pool.num_threads() * scratch_stride
 /// floats with scratch_stride >= the longest attended span.

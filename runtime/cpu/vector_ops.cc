@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "runtime/cpu/vector_ops.h"
 #include "runtime/cpu/vexp.h"
@@ -140,6 +141,39 @@ int64_t WidenF16(const uint16_t* h, int64_t n, float* out) {
   return i;
 }
 
+// An fp8 E4M3 code's exponent and mantissa moved into a half's place, widened (F16C) and scaled
+// by 2^8 (quant::e4m3_to_float); the NaN codes come out as +-480, never a finite value (448 is the
+// largest), and become NaN.
+int64_t WidenE4m3(const uint8_t* c, int64_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<uint16_t, decltype(d)> du;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto mag = hn::Set(du, 0x7F), sgn = hn::Set(du, 0x80);
+  const auto k256 = hn::Set(d, 256.0f), k480 = hn::Set(d, 480.0f), nan = hn::Set(d, std::numeric_limits<float>::quiet_NaN());
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::PromoteTo(du, hn::LoadU(d8, c + i));
+    const auto h = hn::Or(hn::ShiftLeft<7>(hn::And(x, mag)), hn::ShiftLeft<8>(hn::And(x, sgn)));
+    const auto f = hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, h)), k256);
+    hn::StoreU(hn::IfThenElse(hn::Eq(hn::Abs(f), k480), nan, f), d, out + i);
+  }
+  return i;
+}
+
+int64_t DequantI8(const int8_t* c, float scale, int64_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto s = hn::Set(d, scale);
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, c + i))), s), d, out + i);
+  return i;
+}
+
 int64_t WidenBf16(const uint16_t* h, int64_t n, float* out) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
@@ -263,6 +297,16 @@ void widen_bf16(const uint16_t* h, int64_t n, float* out) {
 void widen_f16(const uint16_t* h, int64_t n, float* out) {
   const int64_t i = LLMRT_VEC_DISPATCH(WidenF16, h, n, out);  // AVX2, AVX-512: the F16C instruction
   for (int64_t j = i; j < n; ++j) out[j] = quant::half_to_float(h[j]);
+}
+
+void widen_e4m3(const uint8_t* c, int64_t n, float* out) {
+  const int64_t i = LLMRT_VEC_DISPATCH(WidenE4m3, c, n, out);  // AVX2, AVX-512: F16C's conversion
+  for (int64_t j = i; j < n; ++j) out[j] = quant::e4m3_to_float(c[j]);
+}
+
+void dequant_i8(const int8_t* c, float scale, int64_t n, float* out) {
+  const int64_t i = LLMRT_VEC_DISPATCH(DequantI8, c, scale, n, out);
+  for (int64_t j = i; j < n; ++j) out[j] = static_cast<float>(c[j]) * scale;
 }
 
 }  // namespace llmrt::cpu::vec

@@ -35,5 +35,10 @@ void rotate(const float* x0, const float* x1, const float* c, const float* s, fl
 void widen_f16(const uint16_t* h, int64_t n, float* out);
 /// out[i] = the f32 value of bf16 h[i] (its bits shifted up), exactly.
 void widen_bf16(const uint16_t* h, int64_t n, float* out);
+/// out[i] = the f32 value of fp8 E4M3 code c[i], exactly (quant::e4m3_to_float; a NaN code gives
+/// a NaN, quiet, its sign dropped on the SIMD path).
+void widen_e4m3(const uint8_t* c, int64_t n, float* out);
+/// out[i] = float(c[i]) * scale (an int8 cache row: exact conversion, one rounded product).
+void dequant_i8(const int8_t* c, float scale, int64_t n, float* out);
 
 }  // namespace llmrt::cpu::vec

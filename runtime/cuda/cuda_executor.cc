@@ -132,10 +132,9 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   const fb::Plan& p = plan.fb();
   const fb::KvSpec* kv = p.kv();
   const fb::MemoryPlan* mem = p.memory();
-  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8 && kv->dtype() != fb::DType::BF16 &&
-      kv->dtype() != fb::DType::F16)
-    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32, bf16, f16 or int8; this "
-                                           "plan's is ") +
+  if (kv_elem_bytes(kv->dtype()) == 0)
+    return failed_precondition(std::string("the CUDA kernels keep the KV cache in f32, bf16, f16, fp8 or int8; "
+                                           "this plan's is ") +
                                fb::EnumNameDType(kv->dtype()));
   kv_i8_ = kv->dtype() == fb::DType::I8;
   num_layers_ = kv->num_layers();

@@ -119,9 +119,9 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
                             ", kv heads " + str(kv->num_kv_heads()) + ", head_dim " +
                             str(kv->head_dim()) + ", block_size " + str(kv->block_size()) + ")");
   if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8 && kv->dtype() != fb::DType::BF16 &&
-      kv->dtype() != fb::DType::F16)
+      kv->dtype() != fb::DType::F16 && kv->dtype() != fb::DType::F8E4M3)
     return unimplemented(std::string("KV cache dtype ") + fb::EnumNameDType(kv->dtype()) +
-                         " (the CPU backend supports F32, BF16, F16 and I8)");
+                         " (the CPU backend supports F32, BF16, F16, F8E4M3 and I8)");
   kv_dtype_ = kv->dtype();
   kv_elem_bytes_ = kv_elem_bytes(kv_dtype_);
   if (kv->layout() && kv->layout()->size() != 0 && kv->layout()->str() != "block_head_slot_dim")
@@ -262,7 +262,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   if (kv_floats / num_layers_ / 2 / per_block != static_cast<uint64_t>(num_kv_blocks_) ||
       kv_floats > kMaxKvFloats)
     return resource_exhausted("KV cache of " + str(num_kv_blocks_) + " blocks is too large");
-  // One layer: f32 (bf16, f16) K then V; int8 K codes, V codes, then K and V scales (one f32 per
+  // One layer: f32 (bf16, f16, fp8) K then V; int8 K codes, V codes, then K and V scales (one f32 per
   // head row).
   const uint64_t rows = per_block / head_dim_ * num_kv_blocks_;
   kv_layer_bytes_ = kv_i8() ? ((2 * rows * head_dim_ + 63) / 64 * 64 + 2 * rows * sizeof(float) + 63) / 64 * 64
@@ -497,6 +497,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     else if (kv_dtype == "f32" || kv_dtype == "F32") step_dtype = fb::DType::F32;
     else if (kv_dtype == "bf16" || kv_dtype == "BF16") step_dtype = fb::DType::BF16;
     else if (kv_dtype == "f16" || kv_dtype == "F16") step_dtype = fb::DType::F16;
+    else if (kv_dtype == "fp8" || kv_dtype == "F8E4M3") step_dtype = fb::DType::F8E4M3;
     else return unimplemented(where + ": kv_dtype '" + kv_dtype + "'");
     if (step_dtype != kv_dtype_)
       return invalid_argument(where + ": kv_dtype '" + kv_dtype + "' differs from the KV spec's " +
@@ -852,6 +853,9 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
       kv.k16 = reinterpret_cast<uint16_t*>(base);
       kv.v16 = kv.k16 + layer_floats;
       kv.bf16 = kv_dtype_ == fb::DType::BF16;
+    } else if (kv_elem_bytes_ == 1) {  // fp8
+      kv.kf8 = base;
+      kv.vf8 = kv.kf8 + layer_floats;
     } else {
       kv.k = reinterpret_cast<float*>(base);
       kv.v = kv.k + layer_floats;
@@ -978,7 +982,7 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
       }
       continue;
     }
-    const size_t eb = kv_elem_bytes_;  // f32, bf16, f16
+    const size_t eb = kv_elem_bytes_;  // f32, bf16, f16, fp8
     for (int kv = 0; kv < 2; ++kv) {
       uint8_t* half = base + layer_elems * eb * kv;
       std::memcpy(half + elems * eb * dst, half + elems * eb * src, elems * eb);

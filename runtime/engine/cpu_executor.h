@@ -107,7 +107,7 @@ class CpuExecutor : public Executor {
   size_t kv_bytes_ = 0;
   size_t kv_layer_bytes_ = 0;          // one layer: K and V (int8: codes, then per-row scales)
   size_t kv_elem_bytes_ = 4;           // kv_elem_bytes(kv_dtype_)
-  fb::DType kv_dtype_ = fb::DType::F32;  // F32, BF16, F16 or I8
+  fb::DType kv_dtype_ = fb::DType::F32;  // F32, BF16, F16, F8E4M3 or I8
   bool kv_i8() const { return kv_dtype_ == fb::DType::I8; }
   std::vector<float> attn_scratch_;    // [threads][max_model_len]
   std::vector<int32_t> seq_of_row_;    // [max_tokens]

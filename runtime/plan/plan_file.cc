@@ -22,7 +22,7 @@ namespace llmrt {
 namespace {
 
 const char* const kFeatures[] = {"forward_v1", "kv_f32", "weights_f32", "weights_quant_v1", "kv_i8",
-                                 "synthetic_weights", "kv_bf16", "kv_f16"};
+                                 "synthetic_weights", "kv_bf16", "kv_f16", "kv_fp8_e4m3"};
 
 std::string errno_text() { return std::strerror(errno); }
 

@@ -28,7 +28,8 @@ uint64_t kv_elem_bytes(fb::DType dtype) {
     case fb::DType::F32: return 4;
     case fb::DType::BF16:
     case fb::DType::F16: return 2;
-    case fb::DType::I8: return 1;
+    case fb::DType::I8:
+    case fb::DType::F8E4M3: return 1;
     default: return 0;
   }
 }

@@ -60,6 +60,7 @@
 // the tests check it against the fragment rule; a tile is 8 row_bytes, like the CPU tiles.
 #pragma once
 
+#include <cmath>
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -160,6 +161,28 @@ inline uint16_t float_to_bf16(float x) {
   if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x40u);  // nan
   b += 0x7FFFu + ((b >> 16) & 1u);
   return static_cast<uint16_t>(b >> 16);
+}
+
+/// FP8 E4M3 (the OCP 8-bit format CUDA calls __nv_fp8_e4m3, ml_dtypes float8_e4m3fn): sign, 4
+/// exponent bits (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN, 448 the largest
+/// finite value, subnormals m * 2^-9. The KV cache's fp8 type.
+/// Exact: the code's exponent and mantissa moved into a half's place (an E4M3 exponent e is the
+/// half exponent e + 8, so the half's value times 2^8), then half_to_float.
+inline float e4m3_to_float(uint8_t code) {
+  if ((code & 0x7Fu) == 0x7Fu) return std::bit_cast<float>(0x7FC00000u | static_cast<uint32_t>(code & 0x80u) << 24);
+  const uint16_t h = static_cast<uint16_t>((code & 0x7Fu) << 7 | (code & 0x80u) << 8);
+  return half_to_float(h) * 256.0f;
+}
+/// Round to nearest even, saturating: every |x| >= 448 (infinities included) becomes +-448, as
+/// CUDA's cvt.rn.satfinite.e4m3x2.f32 does; a NaN becomes the NaN code 0x7F (sign dropped).
+inline uint8_t float_to_e4m3(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7Fu;
+  if (a >= 0x43E00000u) return static_cast<uint8_t>(sign | 0x7Eu);  // 448 and up
+  if (a < 0x3C800000u)  // below 2^-6: a subnormal code, |x| * 2^9 rounded to an integer (exact scaling)
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::nearbyint(std::bit_cast<float>(a) * 512.0f)));
+  const uint32_t m = a + 0x7FFFFu + ((a >> 20) & 1u) - (120u << 23);  // rebias 127 -> 7, round
+  return static_cast<uint8_t>(sign | (m >> 20));
 }
 
 /// Dequantizes one row of k elements (k valid for f: row_bytes(f, k) ok).

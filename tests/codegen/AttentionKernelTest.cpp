@@ -98,16 +98,21 @@ std::vector<double> attentionRef(const Batch &b, float scale, int window) {
   return out;
 }
 
-/// Bytes per element of a `kv` cache ("f32", "bf16", "f16", "int8").
-int kvElemBytes(const std::string &kv) { return kv == "int8" ? 1 : kv == "f32" ? 4 : 2; }
+/// Bytes per element of a `kv` cache ("f32", "bf16", "f16", "fp8", "int8").
+int kvElemBytes(const std::string &kv) { return kv == "int8" || kv == "fp8" ? 1 : kv == "f32" ? 4 : 2; }
 
-/// The bytes of an f32, bf16 or f16 cache holding `values` (rounded to nearest even, as the CPU
-/// backend stores them); `values` becomes what the cache holds (the reference reads those).
+/// The bytes of an f32, bf16, f16 or fp8 cache holding `values` (rounded to nearest even, as the
+/// CPU backend stores them); `values` becomes what the cache holds (the reference reads those).
 std::vector<unsigned char> cacheBytes(std::vector<float> &values, const std::string &kv) {
   std::vector<unsigned char> bytes(values.size() * size_t(kvElemBytes(kv)));
   for (size_t i = 0; i < values.size(); ++i) {
     if (kv == "f32") {
       std::memcpy(&bytes[4 * i], &values[i], 4);
+      continue;
+    }
+    if (kv == "fp8") {
+      bytes[i] = llmrt::quant::float_to_e4m3(values[i]);
+      values[i] = llmrt::quant::e4m3_to_float(bytes[i]);
       continue;
     }
     const uint16_t h = kv == "bf16" ? llmrt::quant::float_to_bf16(values[i]) : llmrt::quant::float_to_half(values[i]);
@@ -117,12 +122,16 @@ std::vector<unsigned char> cacheBytes(std::vector<float> &values, const std::str
   return bytes;
 }
 
-/// The values of an f32, bf16 or f16 cache's bytes.
+/// The values of an f32, bf16, f16 or fp8 cache's bytes.
 std::vector<float> cacheValues(const std::vector<unsigned char> &bytes, const std::string &kv) {
   std::vector<float> v(bytes.size() / size_t(kvElemBytes(kv)));
   for (size_t i = 0; i < v.size(); ++i) {
     if (kv == "f32") {
       std::memcpy(&v[i], &bytes[4 * i], 4);
+      continue;
+    }
+    if (kv == "fp8") {
+      v[i] = llmrt::quant::e4m3_to_float(bytes[i]);
       continue;
     }
     uint16_t h;
@@ -134,7 +143,7 @@ std::vector<float> cacheValues(const std::vector<unsigned char> &bytes, const st
 
 /// The C type of a cache element, as the kernels declare it.
 std::string kvElemType(const std::string &kv) {
-  return kv == "int8" ? "signed char" : kv == "f32" ? "float" : "unsigned short";
+  return kv == "int8" ? "signed char" : kv == "f32" ? "float" : kv == "fp8" ? "unsigned char" : "unsigned short";
 }
 
 /// The attention of H query heads over Hkv kv heads of hd dimensions, blocks of bs positions,
@@ -291,6 +300,16 @@ TEST(AttentionKernel, SixteenBitCaches) {
     checkAttention(2, 1, 8, 4, 0, {9, 2}, {1, 2}, kv);
     checkAttention(2, 1, 6, 4, 0, {9, 2}, {1, 2}, kv);
   }
+}
+
+TEST(AttentionKernel, Fp8Caches) {
+  // fp8 E4M3 elements read exactly, the same shapes: a row of 16 elements (16 bytes) is
+  // prefetched, one of 24 or 8 is not.
+  checkAttention(4, 2, 24, 4, 0, {7, 3, 150}, {2, 3, 1}, "fp8");
+  checkAttention(4, 2, 24, 16, 0, {1000, 9}, {1, 1}, "fp8");
+  checkAttention(4, 1, 32, 8, 5, {30, 4}, {3, 4}, "fp8");
+  checkAttention(2, 1, 16, 4, 0, {9, 2}, {1, 2}, "fp8");
+  checkAttention(2, 1, 8, 4, 0, {9, 2}, {1, 2}, "fp8");
 }
 
 /// The tiled prefill kernel (tensor cores) against the double reference: TF32 operands (q k
@@ -453,6 +472,8 @@ TEST(AttentionKernel, TiledPrefillSlidingWindowAndInt8Cache) {
   // bf16 and f16 caches (4 elements in one 8-byte load), read exactly.
   checkTiled(8, 2, 32, 16, 0, {100, 7}, {70, 1}, "bf16");
   checkTiled(4, 2, 24, 4, 40, {100, 60}, {80, 3}, "f16");
+  // fp8 (4 elements in one 4-byte load), read exactly.
+  checkTiled(8, 2, 32, 16, 0, {100, 7}, {70, 1}, "fp8");
 }
 
 TEST(AttentionKernel, KvStoreWritesSlotsAndSkipsPadding) {
@@ -575,6 +596,53 @@ TEST(AttentionKernel, SixteenBitKvStoreHoldsTheCpuRounding) {
   }
 }
 
+TEST(AttentionKernel, Fp8KvStoreHoldsTheCpuRounding) {
+  // An fp8 E4M3 cache holds the CPU backend's bits (quant::float_to_e4m3, checked against
+  // ml_dtypes): ties both ways, saturation at +-448 (infinities too), subnormals, signed zeros, a
+  // NaN; padding rows store nothing.
+  const int Hkv = 3, hd = 16, bs = 4, blocks = 4, T = 3;
+  auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, "fp8"});
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_NE(spec->entry.find("_fp8_"), std::string::npos) << spec->entry;
+  HostKernel k(*spec,
+               "const float *k, const float *v, const long long *slots, unsigned char *kc, unsigned char *vc, int T",
+               "k, v, slots, kc, vc, T");
+  ASSERT_TRUE(k.ok()) << k.error();
+  std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 93, -500.0f, 500.0f), vx = randomVector(kx.size(), 94);
+  const std::vector<float> edges = {1.0625f, 1.1875f, 464.0f,   -1e9f,     INFINITY, 0.0078125f, 0.0068359375f,
+                                    -0.0f,   0.0f,    1e-30f,   432.0f,    NAN,      0.001f,     15.5f};
+  std::copy(edges.begin(), edges.end(), kx.begin());
+  std::copy(edges.begin(), edges.end(), vx.begin() + 2 * hd);
+  const std::vector<long long> slots = {5, -1, 14};
+  const size_t rows = size_t(blocks) * Hkv * bs;
+  std::vector<uint8_t> kc(rows * hd, 0x77), vc(rows * hd, 0x77);
+  using Fn = void (*)(const float *, const float *, const long long *, uint8_t *, uint8_t *, int, unsigned);
+  k.get<Fn>()(kx.data(), vx.data(), slots.data(), kc.data(), vc.data(), T, 2);
+  std::vector<uint8_t> ck(rows * hd, 0x77), cv(rows * hd, 0x77);
+  llmrt::cpu::KvLayer layer;
+  layer.kf8 = ck.data(), layer.vf8 = cv.data();
+  layer.num_blocks = blocks, layer.num_kv_heads = Hkv, layer.block_size = bs, layer.head_dim = hd;
+  llmrt::ThreadPool pool(1);
+  const std::vector<int64_t> slots64(slots.begin(), slots.end());
+  llmrt::cpu::kv_store(kx.data(), vx.data(), T, slots64.data(), layer, pool);
+  EXPECT_EQ(kc, ck);
+  EXPECT_EQ(vc, cv);
+  // Some of the rounding, spelled out: token 0, head 0 at slot 5 (block 1, offset 1).
+  const size_t r = (size_t(1) * Hkv * bs + 1) * hd;
+  EXPECT_EQ(kc[r], 0x38);      // 1 + 2^-4: the tie goes down to the even 1
+  EXPECT_EQ(kc[r + 1], 0x3A);  // 1 + 3 * 2^-4: up to the even 1 + 2^-2
+  EXPECT_EQ(kc[r + 2], 0x7E);  // 464: 448, the largest finite
+  EXPECT_EQ(kc[r + 3], 0xFE);  // -1e9: -448
+  EXPECT_EQ(kc[r + 4], 0x7E);  // infinity: 448
+  EXPECT_EQ(kc[r + 5], 0x04);  // 2^-7: a subnormal, 4 x 2^-9
+  EXPECT_EQ(kc[r + 6], 0x04);  // 3.5 x 2^-9: the tie goes up to the even 4 x 2^-9
+  EXPECT_EQ(kc[r + 7], 0x80);  // -0 keeps its sign
+  EXPECT_EQ(kc[r + 9], 0x00);  // 1e-30: 0
+  EXPECT_EQ(kc[r + 10], 0x7E); // 432, the tie between 416 and 448: the even 448
+  EXPECT_EQ(kc[r + 11], 0x7F); // NaN: the NaN code
+  EXPECT_EQ(kc[r + 13], 0x58); // 15.5, the tie between 15 (mantissa 7) and 16: the even 16
+}
+
 /// Llama-3's rotation (theta 500000, llama3 scaling over a short original context) at `style`.
 llmc::RopeParams llama3Rope(const std::string &style, int heads, int hd) {
   llmc::RopeParams rope;
@@ -672,7 +740,7 @@ void checkRopeKvStore(const std::string &style, const std::string &kvDtype, int 
 
 TEST(AttentionKernel, RopeKvStoreEqualsRopeThenKvStore) {
   for (const char *style : {"neox", "interleaved"})
-    for (const char *kv : {"f32", "bf16", "f16", "int8"}) {
+    for (const char *kv : {"f32", "bf16", "f16", "fp8", "int8"}) {
       checkRopeKvStore(style, kv);
       checkRopeKvStore(style, kv, 8, 2, 16);
     }
@@ -843,10 +911,12 @@ TEST(AttentionKernel, DecodeKernelDoesRopeKvStoreInside) {
   // A sliding window; head_dim 160 (above the block: two dims per thread, 80 pairs).
   checkRopeAttention("neox", "f32", 4, 2, 24, 5);
   checkRopeAttention("interleaved", "int8", 2, 1, 160);
-  // bf16 and f16 caches: the own k and v rounded as the cache holds them.
+  // bf16, f16 and fp8 caches: the own k and v rounded as the cache holds them.
   checkRopeAttention("neox", "bf16", 8, 2, 32);
   checkRopeAttention("interleaved", "f16", 12, 1, 16);
   checkRopeAttention("neox", "bf16", 4, 2, 24, 5);
+  checkRopeAttention("interleaved", "fp8", 8, 2, 32);
+  checkRopeAttention("neox", "fp8", 4, 2, 24, 5);
   // With the int8 rows of the output for o_proj.
   checkRopeAttention("neox", "f32", 4, 2, 32, 0, true);
   checkRopeAttention("neox", "int8", 4, 1, 64, 0, true);

@@ -776,12 +776,12 @@ TEST(CudaExecutor, Int8KvCacheMatchesTheCpuExecutor) {
   runBothAndCompare(plan, 1e-4);
 }
 
-TEST(CudaExecutor, SixteenBitKvCachesMatchTheCpuExecutor) {
-  // bf16 and f16 caches (--kv-cache-dtype): both backends store the same rounded elements
-  // (kv_store's kernel test), so the logits differ only by summation order; a KV block is half
-  // an f32 cache's bytes; the block copy moves them.
+TEST(CudaExecutor, SixteenBitAndFp8KvCachesMatchTheCpuExecutor) {
+  // bf16, f16 and fp8 caches (--kv-cache-dtype): both backends store the same rounded elements
+  // (kv_store's kernel tests), so the logits differ only by summation order; a KV block is half
+  // (a quarter for fp8) of an f32 cache's bytes; the block copy moves them.
   uint64_t f32Block = 0;
-  for (const char *kv : {"f32", "bf16", "f16"}) {
+  for (const char *kv : {"f32", "bf16", "f16", "fp8"}) {
     SCOPED_TRACE(kv);
     TempDir dir;
     const std::string plan = compilePlan(dir, std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/tiny/llama",
@@ -795,7 +795,7 @@ TEST(CudaExecutor, SixteenBitKvCachesMatchTheCpuExecutor) {
     if (f32Block == 0)
       f32Block = block;
     else
-      EXPECT_EQ(2 * block, f32Block);
+      EXPECT_EQ((std::string(kv) == "fp8" ? 4 : 2) * block, f32Block);
     runBothAndCompare(plan, 1e-4);
   }
 }

@@ -160,9 +160,9 @@ std::vector<KernelSpec> allFamilies() {
   attn.cache.kvDtype = "f32";
   attn.slidingWindow = 4096;
   add(llmc::emitPagedAttentionKernel(attn));
-  // bf16 and f16 caches (--kv-cache-dtype): Llama-3's store, fused rope + store, decode attention
-  // (plain, with the rope inside writing o_proj's int8 rows) and the tiled prefill kernel.
-  for (const char *kv : {"bf16", "f16"}) {
+  // bf16, f16 and fp8 caches (--kv-cache-dtype): Llama-3's store, fused rope + store, decode
+  // attention (plain, with the rope inside writing o_proj's int8 rows) and the tiled prefill kernel.
+  for (const char *kv : {"bf16", "f16", "fp8"}) {
     add(llmc::emitKvStoreKernel({8, 128, 16, kv}));
     add(llmc::emitRopeKvStoreKernel({llama3, {8, 128, 16, kv}}));
     llmc::AttentionParams half;
@@ -406,6 +406,9 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       // An f16 cache is written with the conversion instruction (round to nearest even).
       if ((spec.family == "kv_store" || spec.family == "rope_kv_store") && contains(spec.entry, "_f16_"))
         EXPECT_TRUE(contains(image.ptx, "cvt.rn.f16.f32"));
+      // An fp8 cache is read through the half conversion (its code moved into a half's place).
+      if (spec.family == "paged_attention" && contains(spec.entry, "_fp8"))
+        EXPECT_TRUE(contains(image.ptx, "cvt.f32.f16"));
       // Programmatic dependent launch (plan KernelImage.grid_dependency_control): on sm_90 the
       // entry waits on griddepcontrol once, before its first memory access other than its
       // parameters; sm_80 has no such instruction.

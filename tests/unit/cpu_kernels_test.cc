@@ -47,19 +47,6 @@ void expect_near_all(const std::vector<float>& got, const std::vector<double>& w
     ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << "at " << i;
 }
 
-// The SIMD dispatch levels this CPU can run (each one printed, so a log shows what was covered).
-std::vector<CpuIsa> simd_isas() {
-  std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
-    if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
-      std::printf("  [level %s not on this CPU: not tested here]\n", isa_name(isa));
-      continue;
-    }
-    out.push_back(isa);
-  }
-  return out;
-}
-
 TEST(CpuFeatures, ReportsIsa) {
   std::printf("detected ISA: %s\n", isa_name(detected_isa()));
   IsaGuard guard;
@@ -229,6 +216,48 @@ TEST(VectorOps, EverySimdLevelGivesTheScalarBits) {
   EXPECT_EQ(y1[0], p2 + p3);
 }
 
+TEST(VectorOps, WidenE4m3IsExactForEveryCodeAtEveryLevel) {
+  // Every fp8 E4M3 code (twice, then a tail): quant::e4m3_to_float's value (itself checked against
+  // ml_dtypes in quant_kernels_test.cc), subnormals included; the NaN codes give NaN.
+  IsaGuard guard;
+  std::vector<uint8_t> c(2 * 256 + 5);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<uint8_t>(i);
+  for (CpuIsa isa : isa_levels()) {
+    set_active_isa(isa);
+    std::vector<float> out(c.size(), -1.0f);
+    cpu::vec::widen_e4m3(c.data(), static_cast<int64_t>(c.size()), out.data());
+    for (size_t i = 0; i < c.size(); ++i) {
+      const float want = quant::e4m3_to_float(c[i]);
+      if (std::isnan(want))
+        ASSERT_TRUE(std::isnan(out[i])) << i << " " << isa_name(isa);
+      else
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(want)) << i << " " << isa_name(isa);
+    }
+  }
+}
+
+TEST(VectorOps, DequantI8IsCodeTimesScaleAtEveryLevel) {
+  // Every int8 code at lengths that leave SIMD tails, scales including a subnormal, 0 and one whose
+  // products round: each element is float(code) * scale, one rounding, at every level.
+  IsaGuard guard;
+  std::vector<int8_t> c(256 + 13);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<int8_t>(i * 37 + 5);
+  const std::vector<CpuIsa> levels = isa_levels();
+  for (CpuIsa isa : levels) {
+    set_active_isa(isa);
+    for (const float scale : {0.0f, 1.0f, 0.0123456789f, 3.1e-40f, -7.75e3f})
+      for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{64}, static_cast<int64_t>(c.size())}) {
+        std::vector<float> out(n, -1.0f);
+        cpu::vec::dequant_i8(c.data(), scale, n, out.data());
+        for (int64_t i = 0; i < n; ++i) {
+          volatile float want = static_cast<float>(c[i]) * scale;  // one product, rounded
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(float(want)))
+              << i << " scale " << scale << " " << isa_name(isa);
+        }
+      }
+  }
+}
+
 TEST(VectorOps, WidenF16IsExactForEveryHalfAtEveryLevel) {
   // Every bf16 pattern: its bits shifted up. Every half pattern: the exact f32 value (quant::half_to_float, itself checked against the
   // compiler's _Float16 in quant_kernels_test.cc), subnormals and infinities included; a NaN
@@ -236,8 +265,7 @@ TEST(VectorOps, WidenF16IsExactForEveryHalfAtEveryLevel) {
   IsaGuard guard;
   std::vector<uint16_t> h(65536);
   for (uint32_t i = 0; i < 65536; ++i) h[i] = static_cast<uint16_t>(i);
-  std::vector<CpuIsa> levels = simd_isas();
-  levels.insert(levels.begin(), CpuIsa::kScalar);
+  const std::vector<CpuIsa> levels = isa_levels();
   for (CpuIsa isa : levels) {
     set_active_isa(isa);
     std::vector<float> out(h.size());
@@ -717,56 +745,73 @@ TEST(PagedAttention, GqaAndSlidingWindowMatchNaive) {
   }
 }
 
-TEST(PagedAttention, SixteenBitCachesGiveTheBitsOfAnF32CacheOfTheRoundedValues) {
-  // bf16 / f16 caches: kv_store rounds each element to nearest even, attention widens block runs
-  // exactly and runs the f32 kernels: the very bits of an f32 cache holding the rounded values.
-  // head_dim 512 with blocks of 16 widens a block in runs of 8 rows (the widening buffer).
+TEST(PagedAttention, NarrowFloatCachesGiveTheBitsOfAnF32CacheOfTheRoundedValues) {
+  // bf16 / f16 / fp8 caches: kv_store rounds each element to nearest even, attention widens block
+  // runs exactly and runs the f32 kernels: the very bits of an f32 cache holding the rounded
+  // values. head_dim 512 with blocks of 16 widens a block in runs of 8 rows (the widening buffer).
+  // For fp8 also +-600 (saturated to +-448) and a subnormal. At the scalar level and this CPU's.
   IsaGuard guard;
-  for (const bool bf16 : {true, false})
-    for (const auto& [hd, bs, ctx] : {std::tuple{8, 4, 30}, std::tuple{512, 16, 40}}) {
-      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f16") + " hd " + std::to_string(hd));
-      const int H = 4, Hkv = 2, blocks = (ctx + bs - 1) / bs + 1, kvw = Hkv * hd;
-      ThreadPool pool(2);
-      const std::vector<float> k = random_vec(ctx * kvw, 120), v = random_vec(ctx * kvw, 121);
-      std::vector<int32_t> table(blocks - 1);
-      std::vector<int64_t> slots(ctx);
-      for (int b = 0; b < blocks - 1; ++b) table[b] = (b * 3 + 1) % blocks;
-      for (int p = 0; p < ctx; ++p) slots[p] = int64_t{table[p / bs]} * bs + p % bs;
-      const size_t elems = size_t(blocks) * Hkv * bs * hd;
-      std::vector<uint16_t> k16(elems, 0), v16(elems, 0);
-      cpu::KvLayer half;
-      half.k16 = k16.data(), half.v16 = v16.data(), half.bf16 = bf16;
-      half.num_blocks = blocks, half.num_kv_heads = Hkv, half.block_size = bs, half.head_dim = hd;
-      cpu::kv_store(k.data(), v.data(), ctx, slots.data(), half, pool);
-      // The f32 cache of the rounded values.
-      auto round = [&](float x) {
-        return bf16 ? quant::bf16_to_float(quant::float_to_bf16(x)) : quant::half_to_float(quant::float_to_half(x));
-      };
-      std::vector<float> kr(k.size()), vr(v.size());
-      std::transform(k.begin(), k.end(), kr.begin(), round);
-      std::transform(v.begin(), v.end(), vr.begin(), round);
-      std::vector<float> kf(elems, 0.0f), vf(elems, 0.0f);
-      cpu::KvLayer full = half;
-      full.k16 = full.v16 = nullptr, full.k = kf.data(), full.v = vf.data();
-      cpu::kv_store(kr.data(), vr.data(), ctx, slots.data(), full, pool);
-      for (size_t i = 0; i < elems; ++i)  // the stored elements are the rounded values
-        ASSERT_EQ(bf16 ? quant::bf16_to_float(k16[i]) : quant::half_to_float(k16[i]), kf[i]) << i;
-      EXPECT_NE(kr, k);  // (the rounding is there)
-      // Every position of the sequence queried, in one step.
-      std::vector<int32_t> positions(ctx), seq_of_row(ctx, 0);
-      for (int p = 0; p < ctx; ++p) positions[p] = p;
-      cpu::AttentionBatch ab;
-      ab.positions = positions.data();
-      ab.seq_of_row = seq_of_row.data();
-      ab.block_tables = table.data();
-      ab.max_blocks_per_seq = blocks - 1;
-      const auto q = random_vec(ctx * H * hd, 122);
-      std::vector<float> scratch(2 * ctx), want(ctx * H * hd), got(want.size());
-      const float scale = 1.0f / std::sqrt(float(hd));
-      cpu::paged_attention(q.data(), ctx, ab, full, H, scale, 0, want.data(), scratch.data(), ctx, pool);
-      cpu::paged_attention(q.data(), ctx, ab, half, H, scale, 0, got.data(), scratch.data(), ctx, pool);
-      EXPECT_TRUE(bit_equal(got, want));
-    }
+  for (const std::string kvt : {"bf16", "f16", "fp8"})
+    for (const auto& [hd, bs, ctx] : {std::tuple{8, 4, 30}, std::tuple{512, 16, 40}})
+      for (CpuIsa isa : {CpuIsa::kScalar, detected_isa()}) {
+        SCOPED_TRACE(kvt + " hd " + std::to_string(hd) + " " + isa_name(isa));
+        set_active_isa(isa);
+        const int H = 4, Hkv = 2, blocks = (ctx + bs - 1) / bs + 1, kvw = Hkv * hd;
+        ThreadPool pool(2);
+        std::vector<float> k = random_vec(ctx * kvw, 120), v = random_vec(ctx * kvw, 121);
+        if (kvt == "fp8") k[3] = 600.0f, v[5] = -600.0f, k[kvw + 1] = 1e-3f;
+        std::vector<int32_t> table(blocks - 1);
+        std::vector<int64_t> slots(ctx);
+        for (int b = 0; b < blocks - 1; ++b) table[b] = blocks - 1 - b;  // distinct, block 0 unused
+        for (int p = 0; p < ctx; ++p) slots[p] = int64_t{table[p / bs]} * bs + p % bs;
+        const size_t elems = size_t(blocks) * Hkv * bs * hd;
+        std::vector<uint16_t> k16(elems, 0), v16(elems, 0);
+        std::vector<uint8_t> k8(elems, 0), v8(elems, 0);
+        cpu::KvLayer narrow;
+        if (kvt == "fp8")
+          narrow.kf8 = k8.data(), narrow.vf8 = v8.data();
+        else
+          narrow.k16 = k16.data(), narrow.v16 = v16.data(), narrow.bf16 = kvt == "bf16";
+        narrow.num_blocks = blocks, narrow.num_kv_heads = Hkv, narrow.block_size = bs, narrow.head_dim = hd;
+        cpu::kv_store(k.data(), v.data(), ctx, slots.data(), narrow, pool);
+        // The f32 cache of the rounded values.
+        auto round = [&](float x) {
+          return kvt == "bf16"  ? quant::bf16_to_float(quant::float_to_bf16(x))
+                 : kvt == "f16" ? quant::half_to_float(quant::float_to_half(x))
+                                : quant::e4m3_to_float(quant::float_to_e4m3(x));
+        };
+        auto stored = [&](size_t i) {
+          return kvt == "bf16"  ? quant::bf16_to_float(k16[i])
+                 : kvt == "f16" ? quant::half_to_float(k16[i])
+                                : quant::e4m3_to_float(k8[i]);
+        };
+        std::vector<float> kr(k.size()), vr(v.size());
+        std::transform(k.begin(), k.end(), kr.begin(), round);
+        std::transform(v.begin(), v.end(), vr.begin(), round);
+        std::vector<float> kf(elems, 0.0f), vf(elems, 0.0f);
+        cpu::KvLayer full;
+        full.k = kf.data(), full.v = vf.data();
+        full.num_blocks = blocks, full.num_kv_heads = Hkv, full.block_size = bs, full.head_dim = hd;
+        cpu::kv_store(kr.data(), vr.data(), ctx, slots.data(), full, pool);
+        for (size_t i = 0; i < elems; ++i)  // the stored elements are the rounded values
+          ASSERT_EQ(stored(i), kf[i]) << i;
+        EXPECT_NE(kr, k);  // (the rounding is there)
+        if (kvt == "fp8") EXPECT_EQ(kr[3], 448.0f);  // saturated
+        // Every position of the sequence queried, in one step.
+        std::vector<int32_t> positions(ctx), seq_of_row(ctx, 0);
+        for (int p = 0; p < ctx; ++p) positions[p] = p;
+        cpu::AttentionBatch ab;
+        ab.positions = positions.data();
+        ab.seq_of_row = seq_of_row.data();
+        ab.block_tables = table.data();
+        ab.max_blocks_per_seq = blocks - 1;
+        const auto q = random_vec(ctx * H * hd, 122);
+        std::vector<float> scratch(2 * ctx), want(ctx * H * hd), got(want.size());
+        const float scale = 1.0f / std::sqrt(float(hd));
+        cpu::paged_attention(q.data(), ctx, ab, full, H, scale, 0, want.data(), scratch.data(), ctx, pool);
+        cpu::paged_attention(q.data(), ctx, ab, narrow, H, scale, 0, got.data(), scratch.data(), ctx, pool);
+        EXPECT_TRUE(bit_equal(got, want));
+      }
 }
 
 TEST(KvStore, WritesBlockHeadSlotDimLayout) {

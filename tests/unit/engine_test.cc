@@ -79,9 +79,10 @@ Tiny tiny(int max_model_len = 64, int max_seqs = 64, int max_tokens = 64, const 
 // Bytes of one KV block on the CPU backend (K and V, every layer: fp32, bf16 / f16, or int8 codes
 // plus an f32 scale per token and head).
 uint64_t kv_block_bytes(const Tiny& t) {
-  const uint64_t row = t.spec.kv_dtype == fb::DType::I8    ? t.spec.kv_head_dim + 4ull
-                       : t.spec.kv_dtype == fb::DType::F32 ? t.spec.kv_head_dim * 4ull
-                                                           : t.spec.kv_head_dim * 2ull;
+  const uint64_t row = t.spec.kv_dtype == fb::DType::I8       ? t.spec.kv_head_dim + 4ull
+                       : t.spec.kv_dtype == fb::DType::F8E4M3 ? t.spec.kv_head_dim * 1ull
+                       : t.spec.kv_dtype == fb::DType::F32    ? t.spec.kv_head_dim * 4ull
+                                                              : t.spec.kv_head_dim * 2ull;
   return 2ull * t.spec.kv_layers * t.spec.kv_heads * row * t.spec.kv_block_size;
 }
 
@@ -177,11 +178,11 @@ TEST(Engine, SixtyFourConcurrentRequestsEqualEachRunAlone) {
 }
 
 TEST(Engine, CompactKvCachesKeepAnswersIndependentOfLoadForksAndPreemption) {
-  // The int8 cache quantizes each token's row on its own, bf16 and f16 caches round each element
-  // on its own, so batching, copy-on-write forks (n=2) and recompute after preemption give the
-  // same answers as running alone.
+  // The int8 cache quantizes each token's row on its own, bf16, f16 and fp8 caches round each
+  // element on its own, so batching, copy-on-write forks (n=2) and recompute after preemption give
+  // the same answers as running alone.
   for (const auto& [kv, dtype] : {std::pair{"int8", fb::DType::I8}, std::pair{"bf16", fb::DType::BF16},
-                                  std::pair{"f16", fb::DType::F16}}) {
+                                  std::pair{"f16", fb::DType::F16}, std::pair{"fp8", fb::DType::F8E4M3}}) {
     SCOPED_TRACE(kv);
     Tiny t = tiny(64, 64, 64, kv);
     ASSERT_EQ(t.spec.kv_dtype, dtype);
@@ -195,7 +196,7 @@ TEST(Engine, CompactKvCachesKeepAnswersIndependentOfLoadForksAndPreemption) {
     small.kv_cache_bytes = kv_block_bytes(t) * 40;  // tight: preemptions
     small.max_num_seqs = 16;
     auto e = engine(*t.plan, small);
-    EXPECT_EQ(e->config().num_kv_blocks, 40);  // blocks of (head_dim + 4) / (4 * head_dim) or half of f32
+    EXPECT_EQ(e->config().num_kv_blocks, 40);  // blocks of (head_dim + 4) / (4 * head_dim), a half or a quarter of f32
     std::vector<std::shared_ptr<RequestHandle>> handles;
     for (const EngineRequest& r : reqs) handles.push_back(*e->submit(r));
     for (size_t i = 0; i < reqs.size(); ++i)

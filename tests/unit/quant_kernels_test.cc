@@ -9,7 +9,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <fstream>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
@@ -550,63 +553,112 @@ TEST(QuantLinear, ContractNames) {
 }
 
 
+// ---------------- fp8 (E4M3) KV cache elements ----------------
+
+TEST(Fp8E4m3, ConversionsAreMlDtypesFloat8E4m3fn) {
+  // tests/fixtures/fp8/e4m3_vectors.json, written by tests/reference/make_fp8_vectors.py with
+  // ml_dtypes: the value of every code, and 3015 conversions (every value, the ties between
+  // neighbours and one f32 step either side, random draws over the range, signed zeros).
+  std::ifstream in(std::string(LLMRT_TEST_SOURCE_DIR) + "/tests/fixtures/fp8/e4m3_vectors.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["decode"].size(), 256u);
+  for (int c = 0; c < 256; ++c) {
+    const float got = quant::e4m3_to_float(static_cast<uint8_t>(c));
+    if (j["decode"][c].is_null())
+      EXPECT_TRUE(std::isnan(got)) << c;
+    else
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), j["decode"][c].get<uint32_t>()) << c;
+  }
+  ASSERT_GT(j["encode"].size(), 3000u);
+  for (const auto& e : j["encode"]) {
+    const float x = std::bit_cast<float>(e[0].get<uint32_t>());
+    ASSERT_EQ(int{quant::float_to_e4m3(x)}, e[1].get<int>()) << x;
+  }
+}
+
+TEST(Fp8E4m3, SaturatesAndKeepsNaN) {
+  // Past the largest finite value (448) every input becomes +-448, infinities included, as CUDA's
+  // cvt.rn.satfinite does (ml_dtypes gives NaN there: not in the vectors); a NaN stays a NaN.
+  for (const float x : {448.0f, 463.9f, 464.0f, 480.0f, 1e6f, 3.4e38f, INFINITY}) {
+    EXPECT_EQ(quant::float_to_e4m3(x), 0x7E) << x;
+    EXPECT_EQ(quant::float_to_e4m3(-x), 0xFE) << x;
+  }
+  EXPECT_TRUE(std::isnan(quant::e4m3_to_float(quant::float_to_e4m3(NAN))));
+  EXPECT_TRUE(std::isnan(quant::e4m3_to_float(quant::float_to_e4m3(-NAN))));
+  // Every code that is not NaN converts back to itself.
+  for (int c = 0; c < 256; ++c)
+    if ((c & 0x7F) != 0x7F) EXPECT_EQ(int{quant::float_to_e4m3(quant::e4m3_to_float(static_cast<uint8_t>(c)))}, c);
+}
+
 // ---------------- int8 KV cache ----------------
 
 TEST(KvCacheInt8, AttentionEqualsF32CacheOfTheDequantizedRows) {
-  const int heads = 4, kv_heads = 2, hd = 64, bs = 4, blocks = 6, rows = 9;
-  const int64_t elems = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
-  std::vector<int8_t> k8(elems), v8(elems);
-  std::vector<float> ks(elems / hd), vs(elems / hd), kf(elems), vf(elems);
-  cpu::KvLayer q8;
-  q8.k8 = k8.data();
-  q8.v8 = v8.data();
-  q8.ks = ks.data();
-  q8.vs = vs.data();
-  q8.num_blocks = blocks;
-  q8.num_kv_heads = kv_heads;
-  q8.block_size = bs;
-  q8.head_dim = hd;
-  // One sequence of 9 tokens in blocks 5, 1, 3 (positions 0..8).
-  std::vector<float> k = random_vec(rows * kv_heads * hd, 81), v = random_vec(rows * kv_heads * hd, 82);
-  std::fill(k.begin() + 2 * kv_heads * hd, k.begin() + 2 * kv_heads * hd + hd, 0.0f);  // a zero row
-  const int32_t table[3] = {5, 1, 3};
-  std::vector<int64_t> slots(rows);
-  std::vector<int32_t> positions(rows), seq(rows, 0);
-  for (int t = 0; t < rows; ++t) {
-    slots[t] = static_cast<int64_t>(table[t / bs]) * bs + t % bs;
-    positions[t] = t;
-  }
-  ThreadPool pool(2);
-  cpu::kv_store(k.data(), v.data(), rows, slots.data(), q8, pool);
-  // Codes are within 1/2 step of the input; each row's scale is its own amax / 127.
-  for (int t = 0; t < rows; ++t)
-    for (int h = 0; h < kv_heads; ++h) {
-      const int64_t row = (static_cast<int64_t>(table[t / bs]) * kv_heads + h) * bs + t % bs;
-      float amax = 0;
-      for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(k[(t * kv_heads + h) * hd + d]));
-      ASSERT_EQ(ks[row], amax / 127.0f);
-      for (int d = 0; d < hd; ++d) {
-        const float deq = static_cast<float>(k8[row * hd + d]) * ks[row];
-        ASSERT_LE(std::fabs(deq - k[(t * kv_heads + h) * hd + d]), 0.5f * ks[row] * 1.001f);
-        kf[row * hd + d] = deq;
-        vf[row * hd + d] = static_cast<float>(v8[row * hd + d]) * vs[row];
+  // Attention dequantizes a block's run of rows at a time (code * the row's scale) into a buffer
+  // and runs the f32 kernels: the bits of an f32 cache of the dequantized rows, at every ISA level.
+  // head_dim 512 with blocks of 16 dequantizes a block in runs of 8 rows (the buffer's size).
+  IsaGuard guard;
+  for (const auto& [hd, bs, rows] : {std::tuple{64, 4, 9}, std::tuple{512, 16, 40}})
+    for (CpuIsa isa : isa_levels()) {
+      SCOPED_TRACE("hd " + std::to_string(hd) + " " + isa_name(isa));
+      set_active_isa(isa);
+      const int heads = 4, kv_heads = 2, nb = (rows + bs - 1) / bs, blocks = 2 * nb;
+      const int64_t elems = static_cast<int64_t>(blocks) * kv_heads * bs * hd;
+      std::vector<int8_t> k8(elems), v8(elems);
+      std::vector<float> ks(elems / hd), vs(elems / hd), kf(elems), vf(elems);
+      cpu::KvLayer q8;
+      q8.k8 = k8.data();
+      q8.v8 = v8.data();
+      q8.ks = ks.data();
+      q8.vs = vs.data();
+      q8.num_blocks = blocks;
+      q8.num_kv_heads = kv_heads;
+      q8.block_size = bs;
+      q8.head_dim = hd;
+      // One sequence of `rows` tokens in scattered blocks (positions 0 .. rows - 1).
+      std::vector<float> k = random_vec(rows * kv_heads * hd, 81), v = random_vec(rows * kv_heads * hd, 82);
+      std::fill(k.begin() + 2 * kv_heads * hd, k.begin() + 2 * kv_heads * hd + hd, 0.0f);  // a zero row
+      std::vector<int32_t> table(nb);
+      for (int b = 0; b < nb; ++b) table[b] = blocks - 1 - 2 * b;
+      std::vector<int64_t> slots(rows);
+      std::vector<int32_t> positions(rows), seq(rows, 0);
+      for (int t = 0; t < rows; ++t) {
+        slots[t] = static_cast<int64_t>(table[t / bs]) * bs + t % bs;
+        positions[t] = t;
       }
+      ThreadPool pool(2);
+      cpu::kv_store(k.data(), v.data(), rows, slots.data(), q8, pool);
+      // Codes are within 1/2 step of the input; each row's scale is its own amax / 127.
+      for (int t = 0; t < rows; ++t)
+        for (int h = 0; h < kv_heads; ++h) {
+          const int64_t row = (static_cast<int64_t>(table[t / bs]) * kv_heads + h) * bs + t % bs;
+          float amax = 0;
+          for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(k[(t * kv_heads + h) * hd + d]));
+          ASSERT_EQ(ks[row], amax / 127.0f);
+          for (int d = 0; d < hd; ++d) {
+            const float deq = static_cast<float>(k8[row * hd + d]) * ks[row];
+            ASSERT_LE(std::fabs(deq - k[(t * kv_heads + h) * hd + d]), 0.5f * ks[row] * 1.001f);
+            kf[row * hd + d] = deq;
+            vf[row * hd + d] = static_cast<float>(v8[row * hd + d]) * vs[row];
+          }
+        }
+      cpu::KvLayer f32 = q8;
+      f32.k8 = f32.v8 = nullptr;
+      f32.ks = f32.vs = nullptr;
+      f32.k = kf.data();
+      f32.v = vf.data();
+      std::vector<float> q = random_vec(rows * heads * hd, 83);
+      cpu::AttentionBatch ab;
+      ab.positions = positions.data();
+      ab.seq_of_row = seq.data();
+      ab.block_tables = table.data();
+      ab.max_blocks_per_seq = nb;
+      std::vector<float> scratch(2 * rows), o8(rows * heads * hd), of(rows * heads * hd);
+      const float scale = 1.0f / std::sqrt(float(hd));
+      cpu::paged_attention(q.data(), rows, ab, q8, heads, scale, 0, o8.data(), scratch.data(), rows, pool);
+      cpu::paged_attention(q.data(), rows, ab, f32, heads, scale, 0, of.data(), scratch.data(), rows, pool);
+      EXPECT_TRUE(bit_equal(o8, of));
     }
-  cpu::KvLayer f32 = q8;
-  f32.k8 = f32.v8 = nullptr;
-  f32.ks = f32.vs = nullptr;
-  f32.k = kf.data();
-  f32.v = vf.data();
-  std::vector<float> q = random_vec(rows * heads * hd, 83);
-  cpu::AttentionBatch ab;
-  ab.positions = positions.data();
-  ab.seq_of_row = seq.data();
-  ab.block_tables = table;
-  ab.max_blocks_per_seq = 3;
-  std::vector<float> scratch(2 * 16), o8(rows * heads * hd), of(rows * heads * hd);
-  cpu::paged_attention(q.data(), rows, ab, q8, heads, 0.125f, 0, o8.data(), scratch.data(), 16, pool);
-  cpu::paged_attention(q.data(), rows, ab, f32, heads, 0.125f, 0, of.data(), scratch.data(), 16, pool);
-  EXPECT_TRUE(bit_equal(o8, of));
 }
 
 }  // namespace

@@ -213,6 +213,7 @@ class Builder {
     spec_.kv_dtype = c_.kv_dtype == "int8"   ? fb::DType::I8
                      : c_.kv_dtype == "bf16" ? fb::DType::BF16
                      : c_.kv_dtype == "f16"  ? fb::DType::F16
+                     : c_.kv_dtype == "fp8"  ? fb::DType::F8E4M3
                                              : fb::DType::F32;
     spec_.max_tokens = c_.max_tokens;
     spec_.max_seqs = c_.max_seqs;

@@ -44,7 +44,7 @@ struct TinyPlanConfig {
   int sliding_window = 0;
   float eps = 1e-5f;
   int block_size = 4;
-  std::string kv_dtype = "f32";  // KV cache: f32, bf16, f16 or int8 (codes + a scale per token and head)
+  std::string kv_dtype = "f32";  // KV cache: f32, bf16, f16, fp8 or int8 (codes + a scale per token and head)
   int max_tokens = 64;
   int max_seqs = 8;
   int max_model_len = 64;

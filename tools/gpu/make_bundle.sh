@@ -59,6 +59,9 @@ compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma_lib.fb" --
 compile "$ROOT/tests/fixtures/tiny/qwen2" -o "$OUT/plans/tiny_qwen2_bf16lib.fb" --target "$TARGET" --weight-dtype bf16
 # A bf16 KV cache (f32 weights) on the tensor cores: the tiled attention's 16-bit loads.
 compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvbf16.fb" --target "$TARGET" --kv-cache-dtype bf16
+# An fp8 (E4M3) KV cache, the same way: 4 elements in one 4-byte load, the decode attention's
+# own k and v rounded as the cache holds them.
+compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvfp8.fb" --target "$TARGET" --kv-cache-dtype fp8
 compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
@@ -184,6 +187,7 @@ CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROM
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
 case_ref tiny_llama_tc_kvbf16 tiny_llama_tc_kvbf16 5e-3 "$PROMPT80"
+case_ref tiny_llama_tc_kvfp8 tiny_llama_tc_kvfp8 5e-3 "$PROMPT80"
 case_ref tiny_llama_tc_nographs tiny_llama_tc 5e-3 "$PROMPT80" --no-cuda-graphs
 case_ref gptq4_desc_act_mma_tc gptq4_desc_act_mma_tc 5e-3 "$PROMPT80"
 case_ref tiny_qwen2_bf16lib tiny_qwen2_bf16lib 2e-2 "$PROMPT80"

@@ -390,7 +390,7 @@ func.func @kv_store_layout(%k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %kv: !llm
 // -----
 
 func.func @kv_store_dtype(%k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %kv: !llm.kv_cache, %b: !llm.batch) {
-  // expected-error @+1 {{kv_dtype must be one of f32, f16, bf16, int8, got 'i4'}}
+  // expected-error @+1 {{kv_dtype must be one of f32, f16, bf16, fp8, int8, got 'i4'}}
   %kv1 = llm.kv_store %k, %v, %kv, %b {layer = 0 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64,
                                        block_size = 16 : i64, kv_dtype = "i4", layout = "block_head_slot_dim"}
       : tensor<?x32xf32>, tensor<?x32xf32>

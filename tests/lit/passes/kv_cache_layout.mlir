@@ -1,12 +1,15 @@
 // RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout | FileCheck %s
 // RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout='block-size=32' | FileCheck %s --check-prefix=B32
 // RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=f16' | FileCheck %s --check-prefix=F16
-// RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=fp8' 2>&1 | FileCheck %s --check-prefix=FP8
+// RUN: llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=fp8' | FileCheck %s --check-prefix=FP8
+// RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='kv-dtype=int4' 2>&1 | FileCheck %s --check-prefix=INT4
 // RUN: not llmc-opt %s -split-input-file --llm-kv-cache-layout='block-size=0' 2>&1 | FileCheck %s --check-prefix=B0
 
 // F16: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f16"
 // F16-COUNT-4: kv_dtype = "f16", layer
-// FP8: error: kv dtype fp8 not supported (supported: f32, bf16, f16, int8)
+// FP8: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "fp8"
+// FP8-COUNT-4: kv_dtype = "fp8", layer
+// INT4: error: kv dtype int4 not supported (supported: f32, bf16, f16, fp8, int8)
 // B0: error: kv block size must be positive, got 0
 
 // Two Llama layers: every cache op gets the layout, the module the spec.

@@ -1,7 +1,7 @@
 // RUN: llmc-opt %s --llm-pipeline | FileCheck %s
 // RUN: llmc-opt %s --llm-pipeline='kv-block-size=32 disable=fuse-qkv,plan-memory' | FileCheck %s --check-prefix=PARTIAL
 // RUN: llmc-opt %s --llm-pipeline='kv-dtype=bf16' | FileCheck %s --check-prefix=BF16
-// RUN: not llmc-opt %s --llm-pipeline='kv-dtype=fp8' 2>&1 | FileCheck %s --check-prefix=FP8
+// RUN: not llmc-opt %s --llm-pipeline='kv-dtype=e5m2' 2>&1 | FileCheck %s --check-prefix=E5M2
 
 // The whole pipeline on one Llama layer.
 // CHECK: module attributes {llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "f32", layout = "block_head_slot_dim", num_kv_heads = 2 : i64, num_layers = 1 : i64}, llm.weight_layout = "cpu_interleaved8"}
@@ -22,7 +22,7 @@
 
 // BF16: llm.kv_spec = {block_size = 16 : i64, head_dim = 16 : i64, kv_dtype = "bf16"
 // BF16: llm.rope_kv_store {{.*}}kv_dtype = "bf16"
-// FP8: error: kv dtype fp8 not supported (supported: f32, bf16, f16, int8)
+// E5M2: error: kv dtype e5m2 not supported (supported: f32, bf16, f16, fp8, int8)
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
     %batch: !llm.batch, %kv: !llm.kv_cache) -> tensor<?x256xf32> {
   %emb = llm.weight "model.embed_tokens.weight" : tensor<256x64xf32>
