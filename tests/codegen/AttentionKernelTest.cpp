@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -545,42 +546,61 @@ TEST(AttentionKernel, Int8KvStoreHoldsTheCpuCodes) {
   EXPECT_EQ(kc[r1 * hd + 2], -4); // -3.5 too
 }
 
+/// The caches kv_store's kernel and the CPU backend's kv_store write for a `kv` cache of 3 kv
+/// heads and blocks of 4 (4 blocks, each element first `fill`) from the same 3 rows at slots 5,
+/// -1 (padding) and 14: random in [-range, range], `edges` at the start of row 0's k and of row
+/// 0's v's head 2. The GPU's cache k / v, then the CPU's.
+template <typename Elem>
+std::array<std::vector<Elem>, 4> storeBothWays(const std::string &kv, int hd, const std::vector<float> &edges,
+                                               float range, Elem fill) {
+  const int Hkv = 3, bs = 4, blocks = 4, T = 3;
+  auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, kv});
+  EXPECT_TRUE(spec.ok()) << spec.status().to_string();
+  if (!spec.ok())
+    return {};
+  EXPECT_NE(spec->entry.find("_" + kv + "_"), std::string::npos) << spec->entry;
+  const std::string elem = kvElemType(kv);
+  HostKernel k(*spec,
+               "const float *k, const float *v, const long long *slots, " + elem + " *kc, " + elem + " *vc, int T",
+               "k, v, slots, kc, vc, T");
+  EXPECT_TRUE(k.ok()) << k.error();
+  if (!k.ok())
+    return {};
+  std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 91, -range, range), vx = randomVector(kx.size(), 92);
+  std::copy(edges.begin(), edges.end(), kx.begin());
+  std::copy(edges.begin(), edges.end(), vx.begin() + 2 * hd);
+  const std::vector<long long> slots = {5, -1, 14};
+  const size_t n = size_t(blocks) * Hkv * bs * hd;
+  std::array<std::vector<Elem>, 4> c = {std::vector<Elem>(n, fill), std::vector<Elem>(n, fill),
+                                        std::vector<Elem>(n, fill), std::vector<Elem>(n, fill)};
+  using Fn = void (*)(const float *, const float *, const long long *, Elem *, Elem *, int, unsigned);
+  k.get<Fn>()(kx.data(), vx.data(), slots.data(), c[0].data(), c[1].data(), T, 2);
+  llmrt::cpu::KvLayer layer;
+  if constexpr (sizeof(Elem) == 1)
+    layer.kf8 = c[2].data(), layer.vf8 = c[3].data();
+  else
+    layer.k16 = c[2].data(), layer.v16 = c[3].data(), layer.bf16 = kv == "bf16";
+  layer.num_blocks = blocks, layer.num_kv_heads = Hkv, layer.block_size = bs, layer.head_dim = hd;
+  llmrt::ThreadPool pool(1);
+  const std::vector<int64_t> slots64(slots.begin(), slots.end());
+  llmrt::cpu::kv_store(kx.data(), vx.data(), T, slots64.data(), layer, pool);
+  return c;
+}
+
 TEST(AttentionKernel, SixteenBitKvStoreHoldsTheCpuRounding) {
   // bf16 and f16 caches hold the CPU backend's bits (runtime/cpu/attention.cc, round to nearest
   // even): ties both ways, f16's overflow to infinity (65520 is the tie above 65504), its
   // subnormals, signed zeros; padding rows store nothing.
-  const int Hkv = 3, hd = 12, bs = 4, blocks = 4, T = 3;
+  const std::vector<float> edges = {1.00390625f, 1.01171875f, 2049.0f, 2051.0f, 65519.0f, 65520.0f, -70000.0f,
+                                    1e-7f,       -3e-6f,      -0.0f,   0.0f,    1e-30f,   -1e30f,   6.1e-5f};
   for (const std::string kv : {"bf16", "f16"}) {
     SCOPED_TRACE(kv);
-    auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, kv});
-    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-    EXPECT_NE(spec->entry.find("_" + kv + "_"), std::string::npos) << spec->entry;
-    HostKernel k(*spec,
-                 "const float *k, const float *v, const long long *slots, unsigned short *kc, unsigned short *vc, "
-                 "int T",
-                 "k, v, slots, kc, vc, T");
-    ASSERT_TRUE(k.ok()) << k.error();
-    std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 91, -100.0f, 100.0f), vx = randomVector(kx.size(), 92);
-    const std::vector<float> edges = {1.00390625f, 1.01171875f, 2049.0f, 2051.0f, 65519.0f, 65520.0f, -70000.0f,
-                                      1e-7f,       -3e-6f,      -0.0f,   0.0f,    1e-30f,   -1e30f,   6.1e-5f};
-    std::copy(edges.begin(), edges.end(), kx.begin());
-    std::copy(edges.begin(), edges.end(), vx.begin() + 2 * hd);
-    const std::vector<long long> slots = {5, -1, 14};
-    const size_t rows = size_t(blocks) * Hkv * bs;
-    std::vector<uint16_t> kc(rows * hd, 0x7777), vc(rows * hd, 0x7777);
-    using Fn = void (*)(const float *, const float *, const long long *, uint16_t *, uint16_t *, int, unsigned);
-    k.get<Fn>()(kx.data(), vx.data(), slots.data(), kc.data(), vc.data(), T, 2);
-    std::vector<uint16_t> ck(rows * hd, 0x7777), cv(rows * hd, 0x7777);
-    llmrt::cpu::KvLayer layer;
-    layer.k16 = ck.data(), layer.v16 = cv.data(), layer.bf16 = kv == "bf16";
-    layer.num_blocks = blocks, layer.num_kv_heads = Hkv, layer.block_size = bs, layer.head_dim = hd;
-    llmrt::ThreadPool pool(1);
-    const std::vector<int64_t> slots64(slots.begin(), slots.end());
-    llmrt::cpu::kv_store(kx.data(), vx.data(), T, slots64.data(), layer, pool);
+    const auto [kc, vc, ck, cv] = storeBothWays<uint16_t>(kv, 12, edges, 100.0f, 0x7777);
+    ASSERT_FALSE(kc.empty());
     EXPECT_EQ(kc, ck);
     EXPECT_EQ(vc, cv);
     // Some of the rounding, spelled out: token 0, head 0 at slot 5 (block 1, offset 1).
-    const size_t r = (size_t(1) * Hkv * bs + 1) * hd;
+    const size_t r = (size_t(1) * 3 * 4 + 1) * 12;
     if (kv == "bf16") {
       EXPECT_EQ(kc[r], 0x3F80);     // 1 + 2^-8: the tie goes down to the even 1
       EXPECT_EQ(kc[r + 1], 0x3F82); // 1 + 3 * 2^-8: up to the even 1 + 2^-6
@@ -598,37 +618,16 @@ TEST(AttentionKernel, SixteenBitKvStoreHoldsTheCpuRounding) {
 
 TEST(AttentionKernel, Fp8KvStoreHoldsTheCpuRounding) {
   // An fp8 E4M3 cache holds the CPU backend's bits (quant::float_to_e4m3, checked against
-  // ml_dtypes): ties both ways, saturation at +-448 (infinities too), subnormals, signed zeros, a
-  // NaN; padding rows store nothing.
-  const int Hkv = 3, hd = 16, bs = 4, blocks = 4, T = 3;
-  auto spec = llmc::emitKvStoreKernel({Hkv, hd, bs, "fp8"});
-  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-  EXPECT_NE(spec->entry.find("_fp8_"), std::string::npos) << spec->entry;
-  HostKernel k(*spec,
-               "const float *k, const float *v, const long long *slots, unsigned char *kc, unsigned char *vc, int T",
-               "k, v, slots, kc, vc, T");
-  ASSERT_TRUE(k.ok()) << k.error();
-  std::vector<float> kx = randomVector(size_t(T) * Hkv * hd, 93, -500.0f, 500.0f), vx = randomVector(kx.size(), 94);
-  const std::vector<float> edges = {1.0625f, 1.1875f, 464.0f,   -1e9f,     INFINITY, 0.0078125f, 0.0068359375f,
-                                    -0.0f,   0.0f,    1e-30f,   432.0f,    NAN,      0.001f,     15.5f};
-  std::copy(edges.begin(), edges.end(), kx.begin());
-  std::copy(edges.begin(), edges.end(), vx.begin() + 2 * hd);
-  const std::vector<long long> slots = {5, -1, 14};
-  const size_t rows = size_t(blocks) * Hkv * bs;
-  std::vector<uint8_t> kc(rows * hd, 0x77), vc(rows * hd, 0x77);
-  using Fn = void (*)(const float *, const float *, const long long *, uint8_t *, uint8_t *, int, unsigned);
-  k.get<Fn>()(kx.data(), vx.data(), slots.data(), kc.data(), vc.data(), T, 2);
-  std::vector<uint8_t> ck(rows * hd, 0x77), cv(rows * hd, 0x77);
-  llmrt::cpu::KvLayer layer;
-  layer.kf8 = ck.data(), layer.vf8 = cv.data();
-  layer.num_blocks = blocks, layer.num_kv_heads = Hkv, layer.block_size = bs, layer.head_dim = hd;
-  llmrt::ThreadPool pool(1);
-  const std::vector<int64_t> slots64(slots.begin(), slots.end());
-  llmrt::cpu::kv_store(kx.data(), vx.data(), T, slots64.data(), layer, pool);
+  // ml_dtypes): ties both ways, saturation at +-448 (infinities too, and random values up to
+  // 500), subnormals, signed zeros, a NaN; padding rows store nothing.
+  const std::vector<float> edges = {1.0625f, 1.1875f, 464.0f, -1e9f,  INFINITY, 0.0078125f, 0.0068359375f,
+                                    -0.0f,   0.0f,    1e-30f, 432.0f, NAN,      0.001f,     15.5f};
+  const auto [kc, vc, ck, cv] = storeBothWays<uint8_t>("fp8", 16, edges, 500.0f, 0x77);
+  ASSERT_FALSE(kc.empty());
   EXPECT_EQ(kc, ck);
   EXPECT_EQ(vc, cv);
   // Some of the rounding, spelled out: token 0, head 0 at slot 5 (block 1, offset 1).
-  const size_t r = (size_t(1) * Hkv * bs + 1) * hd;
+  const size_t r = (size_t(1) * 3 * 4 + 1) * 16;
   EXPECT_EQ(kc[r], 0x38);      // 1 + 2^-4: the tie goes down to the even 1
   EXPECT_EQ(kc[r + 1], 0x3A);  // 1 + 3 * 2^-4: up to the even 1 + 2^-2
   EXPECT_EQ(kc[r + 2], 0x7E);  // 464: 448, the largest finite

@@ -607,14 +607,8 @@ TEST(KvCacheInt8, AttentionEqualsF32CacheOfTheDequantizedRows) {
       std::vector<int8_t> k8(elems), v8(elems);
       std::vector<float> ks(elems / hd), vs(elems / hd), kf(elems), vf(elems);
       cpu::KvLayer q8;
-      q8.k8 = k8.data();
-      q8.v8 = v8.data();
-      q8.ks = ks.data();
-      q8.vs = vs.data();
-      q8.num_blocks = blocks;
-      q8.num_kv_heads = kv_heads;
-      q8.block_size = bs;
-      q8.head_dim = hd;
+      q8.k8 = k8.data(), q8.v8 = v8.data(), q8.ks = ks.data(), q8.vs = vs.data();
+      q8.num_blocks = blocks, q8.num_kv_heads = kv_heads, q8.block_size = bs, q8.head_dim = hd;
       // One sequence of `rows` tokens in scattered blocks (positions 0 .. rows - 1).
       std::vector<float> k = random_vec(rows * kv_heads * hd, 81), v = random_vec(rows * kv_heads * hd, 82);
       std::fill(k.begin() + 2 * kv_heads * hd, k.begin() + 2 * kv_heads * hd + hd, 0.0f);  // a zero row
