@@ -71,7 +71,7 @@ constexpr int kWidth = kHkv * kHd;
 } // namespace
 )cuda";
 
-// f32, bf16 or f16 cache (KvElem, detail::kvElementSource): each element as toKv rounds it.
+// f32, bf16, f16 or fp8 cache (KvElem, detail::kvElementSource): each element as toKv rounds it.
 constexpr const char *kKvStoreTemplate = R"cuda(// llmc kernel: kv_store, kv_heads=${HKV} head_dim=${HD} block_size=${BS} kv=${KV}
 // Params: (const float *k, const float *v, const long long *kv_slots,
 //          ${ELEM} *k_cache, ${ELEM} *v_cache, int T)
@@ -809,7 +809,8 @@ ${ENTRY}(const float *__restrict__ q, const ${ELEM} *__restrict__ k_cache,
 )cuda";
 
 // Elements d .. d + 3 of cache row r (d a multiple of 4) in one load, as cacheAt reads them:
-// 16 bytes (f32), 8 (bf16, f16: KvElem of detail::kvElementSource, converted exactly) or 4 (int8).
+// 16 bytes (f32), 8 (bf16, f16: KvElem of detail::kvElementSource, converted exactly) or 4 (fp8,
+// likewise; int8).
 constexpr const char *kKvRead4 = R"cuda(#define K_SCALES nullptr
 #define V_SCALES nullptr
 struct alignas(4 * sizeof(KvElem)) Elem4 {
@@ -834,8 +835,8 @@ __device__ __forceinline__ void cacheRead4(const signed char *c, const float *sc
 }
 )cuda";
 
-// Element d of cache row r (f32: as stored; bf16, f16: converted exactly; int8: code * the row's
-// scale, as the CPU dequantizes).
+// Element d of cache row r (f32: as stored; bf16, f16, fp8: converted exactly; int8: code * the
+// row's scale, as the CPU dequantizes).
 constexpr const char *kKvRead = R"cuda(#define K_SCALES nullptr
 #define V_SCALES nullptr
 __device__ __forceinline__ float cacheAt(const KvElem *c, const float *, long long r, int d) {
@@ -899,16 +900,16 @@ constexpr const char *kLoadQRope = R"cuda(    const float *src = qkv + (long lon
     __syncthreads();
 )cuda";
 
-// f32, bf16, f16 cache: k rotated in q's loop, v copied; an f32 cache holds them as they are,
-// a 16-bit one rounded (kOwnRead16).
+// f32, bf16, f16, fp8 cache: k rotated in q's loop, v copied; an f32 cache holds them as they
+// are, a narrower one rounded (kOwnReadRounded).
 constexpr const char *kOwnBuildF32 = R"cuda(
       for (int d = tid; d < kHd; d += kBlock)
         vNew[d] = ownV[d];)cuda";
 constexpr const char *kOwnStoreF32 = R"cuda(
         k_cache[r * kHd + d] = toKv(kNew[d]);
         v_cache[r * kHd + d] = toKv(vNew[d]);)cuda";
-// bf16 / f16 cache: as f32, k and v then rounded as the cache holds them (toKv: exact back).
-constexpr const char *kOwnRead16 = R"cuda(
+// bf16 / f16 / fp8 cache: as f32, k and v then rounded as the cache holds them (toKv: exact back).
+constexpr const char *kOwnReadRounded = R"cuda(
     if (own)
       for (int d = tid; d < kHd; d += kBlock) {
         kNew[d] = fromKv(toKv(kNew[d]));
@@ -971,7 +972,7 @@ Bindings attentionBindings(const AttentionParams &p) {
           {"SCALE_PARAMS", i8 ? "\n         const float *__restrict__ k_scales, const float *__restrict__ v_scales," : ""}};
 }
 
-// "llm_paged_attention_h32_kv8_d128_b16[_w4096][_i8|_bf16|_f16]".
+// "llm_paged_attention_h32_kv8_d128_b16[_w4096][_i8|_bf16|_f16|_fp8]".
 std::string attentionPrefix(const AttentionParams &p) {
   return "llm_paged_attention_h" + std::to_string(p.numHeads) + "_kv" + std::to_string(p.cache.numKvHeads) + "_d" +
          std::to_string(p.cache.headDim) + "_b" + std::to_string(p.cache.blockSize) +
@@ -1145,7 +1146,7 @@ llmrt::StatusOr<KernelSpec> emitPagedAttentionKernel(const AttentionParams &p) {
                         : detail::substitute(kLoadQRope, {{"OWN_BUILD", i8 ? kOwnBuildInt8 : kOwnBuildF32},
                                                           {"OWN_READ", i8                         ? kOwnReadInt8
                                                                        : p.cache.kvDtype == "f32" ? ""
-                                                                                                  : kOwnRead16},
+                                                                                                  : kOwnReadRounded},
                                                           {"OWN_STORE", i8 ? kOwnStoreInt8 : kOwnStoreF32}})},
        {"OWN_ROW", rope ? "j == p ? -1 : " : ""},
        {"K_AT", rope ? "r < 0 ? kNew[d] : cacheAt(k_cache, K_SCALES, r, d)" : "cacheAt(k_cache, K_SCALES, r, d)"},

@@ -168,9 +168,9 @@ llmrt::StatusOr<KernelSpec> emitDequantBf16Kernel(const std::string &weight, int
 inline constexpr int kQuantLibraryMinRows = 16;
 
 /// The paged KV cache as the kernels see it (PROGRAM.md: per layer K and V
-/// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32", "bf16" or "f16" (the elements'
-/// bit patterns, rounded to nearest even when stored), or "int8": codes in that shape plus one
-/// f32 scale per [block, head, slot], passed after the caches).
+/// [num_blocks, kv_heads, block_size, head_dim]; kvDtype "f32", "bf16", "f16" or "fp8" (E4M3;
+/// the elements' bit patterns, rounded to nearest even when stored), or "int8": codes in that
+/// shape plus one f32 scale per [block, head, slot], passed after the caches).
 struct KvCacheParams {
   int64_t numKvHeads = 0;
   int64_t headDim = 0;

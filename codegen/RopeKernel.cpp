@@ -57,7 +57,7 @@ ${TABLE}};
 //   neox: (i, i + kHalf), interleaved: (2i, 2i + 1); out = (x0 c - x1 s, x1 c + x0 s).
 // rotatePairBy: the same with the angle's sine and cosine given (one angle serves pair i of
 // every head); rotatedPairBy: its two values (*r0 for element *a, *r1 for *b), for a caller
-// that stores them in another type (a 16-bit KV cache).
+// that stores them in another type (a 16-bit or fp8 KV cache).
 __device__ __forceinline__ void rotatedPairBy(const float *src, int i, float s, float c, int *a, int *b, float *r0,
                                               float *r1) {
   *a = kNeox ? i : 2 * i;

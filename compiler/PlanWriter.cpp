@@ -10,6 +10,7 @@
 #include "ir/LLMDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "runtime/plan/plan_file.h"
+#include "runtime/plan/plan_inspect.h"
 #include "runtime/quant/quant_format.h"
 #include "runtime/tokenizer/tokenizer_fb.h"
 
@@ -488,15 +489,10 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
   ASSIGN_OR_RETURN(std::string kvDtype, dictGet<std::string>(kvAttr, "kv_dtype", "llm.kv_spec"));
   ASSIGN_OR_RETURN(std::string layout, dictGet<std::string>(kvAttr, "layout", "llm.kv_spec"));
   // The cache's element type and the feature a runtime must know to read it.
-  const std::pair<fb::DType, const char *> kvType = kvDtype == "int8"   ? std::pair{fb::DType::I8, "kv_i8"}
-                                                    : kvDtype == "bf16" ? std::pair{fb::DType::BF16, "kv_bf16"}
-                                                    : kvDtype == "f16"  ? std::pair{fb::DType::F16, "kv_f16"}
-                                                    : kvDtype == "fp8"  ? std::pair{fb::DType::F8E4M3, "kv_fp8_e4m3"}
-                                                    : kvDtype == "f32"  ? std::pair{fb::DType::F32, "kv_f32"}
-                                                                        : std::pair{fb::DType::Unknown, ""};
-  if (kvType.first == fb::DType::Unknown)
+  const llmrt::KvCacheType *kvType = llmrt::kv_cache_type(kvDtype);
+  if (!kvType)
     return llmrt::unimplemented("kv dtype '" + kvDtype + "' has no CPU kernels (f32, bf16, f16, fp8, int8)");
-  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize, kvType.first, layout.c_str());
+  auto kv = fb::CreateKvSpecDirect(fbb, kvLayers, kvH, kvHd, blockSize, kvType->dtype, layout.c_str());
 
   auto perToken = fn->getAttrOfType<IntegerAttr>("llm.arena_bytes_per_token");
   if (!perToken)
@@ -518,7 +514,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
                                        fbb.CreateVectorOfStrings(opts.commandLine),
                                        fbb.CreateVectorOfStrings(opts.passes),
                                        fbb.CreateVectorOfStrings(opts.targets));
-  std::vector<std::string> features = {"forward_v1", kvType.second, "weights_f32"};
+  std::vector<std::string> features = {"forward_v1", kvType->feature, "weights_f32"};
   if (anyQuant)
     features.push_back("weights_quant_v1");
   if (opts.syntheticSeed)

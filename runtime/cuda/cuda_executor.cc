@@ -218,7 +218,7 @@ Status CudaExecutor::init(const Plan& plan, const CudaExecutorOptions& opt) {
   if (memory_.kv_blocks > INT32_MAX) memory_.kv_blocks = INT32_MAX;
   num_kv_blocks_ = static_cast<int>(memory_.kv_blocks);
   // Per layer a K half and a V half, each its elements [blocks, kv_heads, block_size, head_dim]
-  // (f32, bf16, f16 or int8) then, for int8, one f32 scale per [block, kv_head, slot].
+  // (f32, bf16, f16, fp8 or int8) then, for int8, one f32 scale per [block, kv_head, slot].
   const uint64_t block_rows = static_cast<uint64_t>(num_kv_heads_) * block_size_;
   kv_block_bytes_per_layer_ = block_rows * head_dim_ * kv_elem_bytes(kv->dtype());
   kv_codes_bytes_ = align_up(kv_block_bytes_per_layer_ * static_cast<uint64_t>(num_kv_blocks_));

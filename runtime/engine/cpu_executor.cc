@@ -118,8 +118,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
     return invalid_argument("KV spec has bad sizes (layers " + str(kv->num_layers()) +
                             ", kv heads " + str(kv->num_kv_heads()) + ", head_dim " +
                             str(kv->head_dim()) + ", block_size " + str(kv->block_size()) + ")");
-  if (kv->dtype() != fb::DType::F32 && kv->dtype() != fb::DType::I8 && kv->dtype() != fb::DType::BF16 &&
-      kv->dtype() != fb::DType::F16 && kv->dtype() != fb::DType::F8E4M3)
+  if (kv_elem_bytes(kv->dtype()) == 0)
     return unimplemented(std::string("KV cache dtype ") + fb::EnumNameDType(kv->dtype()) +
                          " (the CPU backend supports F32, BF16, F16, F8E4M3 and I8)");
   kv_dtype_ = kv->dtype();
@@ -492,14 +491,9 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (layout != "block_head_slot_dim") return unimplemented(where + ": KV layout '" + layout + "'");
     std::string kv_dtype;
     string_param("kv_dtype", &kv_dtype, "f32");
-    fb::DType step_dtype = fb::DType::Unknown;
-    if (kv_dtype == "int8" || kv_dtype == "I8") step_dtype = fb::DType::I8;
-    else if (kv_dtype == "f32" || kv_dtype == "F32") step_dtype = fb::DType::F32;
-    else if (kv_dtype == "bf16" || kv_dtype == "BF16") step_dtype = fb::DType::BF16;
-    else if (kv_dtype == "f16" || kv_dtype == "F16") step_dtype = fb::DType::F16;
-    else if (kv_dtype == "fp8" || kv_dtype == "F8E4M3") step_dtype = fb::DType::F8E4M3;
-    else return unimplemented(where + ": kv_dtype '" + kv_dtype + "'");
-    if (step_dtype != kv_dtype_)
+    const KvCacheType* step_type = kv_cache_type(kv_dtype);
+    if (!step_type) return unimplemented(where + ": kv_dtype '" + kv_dtype + "'");
+    if (step_type->dtype != kv_dtype_)
       return invalid_argument(where + ": kv_dtype '" + kv_dtype + "' differs from the KV spec's " +
                               fb::EnumNameDType(kv_dtype_));
     st->layer = static_cast<int>(layer);

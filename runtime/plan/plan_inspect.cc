@@ -34,6 +34,17 @@ uint64_t kv_elem_bytes(fb::DType dtype) {
   }
 }
 
+const KvCacheType* kv_cache_type(std::string_view name) {
+  static constexpr KvCacheType kTypes[] = {{"f32", fb::DType::F32, "kv_f32"},
+                                           {"bf16", fb::DType::BF16, "kv_bf16"},
+                                           {"f16", fb::DType::F16, "kv_f16"},
+                                           {"fp8", fb::DType::F8E4M3, "kv_fp8_e4m3"},
+                                           {"int8", fb::DType::I8, "kv_i8"}};
+  for (const KvCacheType& t : kTypes)
+    if (name == t.name || name == fb::EnumNameDType(t.dtype)) return &t;
+  return nullptr;
+}
+
 uint64_t kv_bytes_per_token(const fb::Plan& plan) {
   const fb::KvSpec* kv = plan.kv();
   if (!kv) return 0;

@@ -4,14 +4,25 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/plan/plan_file.h"
 
 namespace llmrt {
 
-/// Bytes of one KV cache element: F32 4, BF16 / F16 2, I8 1 (its per-row scales apart); 0 for a
-/// type no backend keeps.
+/// Bytes of one KV cache element: F32 4, BF16 / F16 2, F8E4M3 / I8 1 (int8's per-row scales
+/// apart); 0 for a type no backend keeps.
 uint64_t kv_elem_bytes(fb::DType dtype);
+/// A KV cache element type: its name in the compiler (llm.kv_spec's kv_dtype, --kv-cache-dtype),
+/// the plan's DType and the required feature that names it to runtimes.
+struct KvCacheType {
+  const char* name;
+  fb::DType dtype;
+  const char* feature;
+};
+/// The type called `name` ("f32", "bf16", "f16", "fp8", "int8", or the DType's own name, e.g.
+/// "F8E4M3"); null for none.
+const KvCacheType* kv_cache_type(std::string_view name);
 /// Bytes of K and V for one token across all layers, from the plan's KvSpec.
 uint64_t kv_bytes_per_token(const fb::Plan& plan);
 /// Workspace (activation arena + attention scratch) for a step of `tokens` tokens on `threads`.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <random>
 
 #include "runtime/base/mix.h"
+#include "runtime/plan/plan_inspect.h"
 #include "runtime/plan/synthetic_weights.h"
 #include "runtime/quant/quant_format.h"
 #include "tests/unit/isa_guard.h"
@@ -671,6 +673,26 @@ TEST(SyntheticWeights, F32TensorsAreTheDocumentedDraws) {
     }
     EXPECT_GT(checked, 2);
   }
+}
+
+TEST(PlanFile, KvCacheTypesAreNamedByTheCompilerAndKnownToTheRuntime) {
+  // Every type the compiler may write: its DType's element size and its feature are the runtime's;
+  // a step may also name it by its DType; other names are none.
+  size_t n = 0;
+  const char* const* features = supported_features(&n);
+  for (const char* name : {"f32", "bf16", "f16", "fp8", "int8"}) {
+    const KvCacheType* t = kv_cache_type(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_STREQ(t->name, name);
+    EXPECT_GT(kv_elem_bytes(t->dtype), 0u) << name;
+    EXPECT_EQ(kv_cache_type(fb::EnumNameDType(t->dtype)), t) << name;
+    EXPECT_NE(std::find_if(features, features + n, [&](const char* f) { return std::strcmp(f, t->feature) == 0; }),
+              features + n)
+        << t->feature;
+  }
+  EXPECT_EQ(kv_cache_type("fp8")->dtype, fb::DType::F8E4M3);
+  EXPECT_EQ(kv_elem_bytes(fb::DType::F8E4M3), 1u);
+  for (const char* name : {"e5m2", "I4", "int4", "", "F32 "}) EXPECT_EQ(kv_cache_type(name), nullptr) << name;
 }
 
 }  // namespace
