@@ -231,8 +231,9 @@ __device__ __forceinline__ float weightAt(const unsigned char *w, long long i) {
 
 constexpr const char *kMmaTileConstants = R"cuda(namespace {
 // A tile of 8 rows of ${ROW_K} elements in the cuda_mma_n8 layout (quant_format.h).
-constexpr int kGroup = ${GROUP};          // elements per group (a multiple of 32)
+constexpr int kGroup = ${GROUP};          // elements per group (a multiple of 32, or 16: int8 sym)
 constexpr int kGroups = ${ROW_K} / kGroup;
+constexpr int kSubGroups = kGroup < 32 ? 32 / kGroup : 1; // groups per 32-element sub-block (1 or 2)
 constexpr int kBits = ${BITS};            // 4 | 8
 constexpr int kScaleType = ${SCALE_TYPE}; // 0 f16, 1 bf16, 2 f32
 constexpr int kScaleBytes = kScaleType == 2 ? 4 : 2;

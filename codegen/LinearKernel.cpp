@@ -142,9 +142,9 @@ constexpr bool kVectorCodes = kCodesAt % 16 == 0 && kTileBytes % 16 == 0 && kSpa
 
 // ---- CUDA cores ----
 // A span's group(s): one for the whole span when groups are whole spans (g128, g256 ..., or one
-// group per row), else one per sub-block (g32, g64).
+// group per row), else one per sub-block (g32, g64), or two (g16: one per k-step of 16).
 constexpr bool kGroupPerSpan = kGroup % 128 == 0 || kGroups == 1;
-constexpr int kSpanGroups = kGroupPerSpan ? 1 : 4;
+constexpr int kSpanGroups = kGroupPerSpan ? 1 : 4 * kSubGroups;
 constexpr int kFullSpans = kK / 128;        // spans of 4 sub-blocks
 constexpr int kTailSubBlocks = (kK % 128) / 32;
 
@@ -237,7 +237,7 @@ constexpr int kScalePieces = kGroupScaleBytes / kScalePiece;
 constexpr int kOffsetPiece = kOffset == 1 ? 8 : kScalePiece;
 constexpr int kOffsetPieces = kGroupOffsetBytes / kOffsetPiece;
 __device__ __forceinline__ int spanGroup(int span, int gi) {
-  const int k0 = span * 128 + gi * 32;
+  const int k0 = span * 128 + gi * (32 / kSubGroups);
   return (k0 < kK ? k0 : span * 128) / kGroup; // a sub-block past K: any valid group
 }
 __device__ __forceinline__ void stageScalePiece(const unsigned char *base, int span, int gi, int piece, StageAddr dst) {
@@ -320,9 +320,11 @@ struct alignas(8) Pair {
 // activations, which come in 8-byte pairs (the fragment's elements 2 q + 8 c, + 1 for c = 0..3).
 // acc sums in fragment order: int4 nibble p = 0..7 (elements at pair p & 3, x for p < 4 else y),
 // int8 byte b of word s (pair 2 s + b / 2, x or y by b % 2).
+// (int8: k-step s's weights take (ds[s], los[s]); they differ only for groups of 16.)
 template <int NT>
-__device__ __forceinline__ void gemvSubBlock(const unsigned *w, float d, float lo, const float *x,
+__device__ __forceinline__ void gemvSubBlock(const unsigned *w, const float ds[2], const float los[2], const float *x,
                                              const int xrow[NT], int k0, int q, float acc[NT]) {
+  const float d = ds[0], lo = los[0];
   float v[8];
   if (kBits == 4) {
     const float d16 = d * 0.0625f;
@@ -333,16 +335,16 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, float d, float l
       v[2 * i + 1] = fmaf(maskedCode<0xF0u>(u), d16, lo);
     }
   } else {
-    const float d256 = d * 0.00390625f;
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
+      const float dk = ds[s], lok = los[s], d256 = dk * 0.00390625f;
       // sym codes are signed bytes: c ^ 0x80 = code + 128, and lo = -128 d
       const unsigned word = kOffset == 0 ? w[s] ^ 0x80808080u : w[s];
 #pragma unroll
       for (int h = 0; h < 2; ++h) { // bytes 2 h, 2 h + 1 at bits 0 and 8 of word >> 16 h
         const unsigned u = word >> (16 * h);
-        v[4 * s + 2 * h] = fmaf(maskedCode<0xFFu>(u), d, lo);
-        v[4 * s + 2 * h + 1] = fmaf(maskedCode<0xFF00u>(u), d256, lo);
+        v[4 * s + 2 * h] = fmaf(maskedCode<0xFFu>(u), dk, lok);
+        v[4 * s + 2 * h + 1] = fmaf(maskedCode<0xFF00u>(u), d256, lok);
       }
     }
   }
@@ -395,7 +397,7 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
   spanWords<M>(stage, lane, words);
 #pragma unroll
   for (int j = 0; j < M; ++j) {
-    const int gi = kGroupPerSpan ? 0 : j;
+    const int gi = kGroupPerSpan ? 0 : j * kSubGroups;
     const float d = stagedScale(sc + gi * kGroupScaleBytes, n);
     float lo;
     if (kOffset == 2)
@@ -404,7 +406,12 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
       lo = -d * (float)sc[kOffsetsRel + gi * kGroupOffsetBytes + n];
     else
       lo = kBits == 4 ? -8.0f * d : -128.0f * d;
-    gemvSubBlock<NT>(words + j * (kW / 4), d, lo, x, xrow, span * 128 + j * 32, q, acc);
+    float ds[2] = {d, d}, los[2] = {lo, lo};
+    if (kSubGroups == 2) { // g16 (int8 sym): k-step 1 has the next group's scale
+      ds[1] = stagedScale(sc + (gi + 1) * kGroupScaleBytes, n);
+      los[1] = -128.0f * ds[1];
+    }
+    gemvSubBlock<NT>(words + j * (kW / 4), ds, los, x, xrow, span * 128 + j * 32, q, acc);
   }
 }
 
@@ -450,7 +457,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
   // The codes as dp4a operands in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17
   // (int4: nibbles 0, 2, 4, 6 = the low nibbles) and 2q+8, 2q+24, 2q+9, 2q+25 (the high ones).
   unsigned ca[4], cb[4];
-  float d[4];
+  float d[4], d1[4]; // d1: k-step 1's scale (groups of 16)
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     if (kBits == 4) {
@@ -460,7 +467,8 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
       ca[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
       cb[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
     }
-    d[j] = stagedScale(sc + (kGroupPerSpan ? 0 : j) * kGroupScaleBytes, n);
+    d[j] = stagedScale(sc + (kGroupPerSpan ? 0 : j * kSubGroups) * kGroupScaleBytes, n);
+    d1[j] = kSubGroups == 2 ? stagedScale(sc + (j * 2 + 1) * kGroupScaleBytes, n) : d[j];
   }
   float lo = 0.0f; // sub-block q's offset
   const bool offset = !kSignedCodes && q < M;
@@ -484,6 +492,15 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
 #pragma unroll
     for (int j = 0; j < M; ++j) {
       const Vec16 &xv = j < 2 ? x0 : x1;
+      if (kSubGroups == 2) { // g16 (int8 sym): bytes 0, 2 of ca / cb are k-step 0's, 1, 3 k-step 1's
+        int p0 = dot4(ca[j] & 0x00FF00FFu, xv.u[2 * (j & 1)], 0);
+        p0 = dot4(cb[j] & 0x00FF00FFu, xv.u[2 * (j & 1) + 1], p0);
+        int p1 = dot4(ca[j] & 0xFF00FF00u, xv.u[2 * (j & 1)], 0);
+        p1 = dot4(cb[j] & 0xFF00FF00u, xv.u[2 * (j & 1) + 1], p1);
+        a = fmaf(d[j] * __uint_as_float(sc.u[j]), smallIntToFloat(p0), a);
+        a = fmaf(d1[j] * __uint_as_float(sc.u[j]), smallIntToFloat(p1), a);
+        continue;
+      }
       int p = dot4(ca[j], xv.u[2 * (j & 1)], 0);
       p = dot4(cb[j], xv.u[2 * (j & 1) + 1], p);
       a = fmaf(d[j] * __uint_as_float(sc.u[j]), smallIntToFloat(p), a);
@@ -1094,8 +1111,9 @@ __device__ __forceinline__ float codeToFloat(unsigned c) {
 __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w,
                                                 int span, int j, int n, int q, float v[8], int at[8]) {
   const int k0 = span * 128 + j * 32; // this sub-block's first element
-  const int g = k0 / kGroup;          // sub-blocks never straddle groups
+  const int g = k0 / kGroup;          // sub-blocks never straddle groups (g16: two, one per k-step)
   const float d = loadScale(base + (g * 8 + n) * kScaleBytes);
+  const float d1 = kSubGroups == 2 ? loadScale(base + ((g + 1) * 8 + n) * kScaleBytes) : d;
   float lo = 0.0f; // value = d * code + lo
   if (kOffset == 2)
     lo = loadScale(base + kOffsetsAt + (g * 8 + n) * kScaleBytes);
@@ -1123,7 +1141,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
         // sym codes are signed bytes (c ^ 0x80 = code + 128); zp and min codes unsigned.
         const float code = kOffset == 0 ? codeToFloat(c ^ 0x80u) - 128.0f : codeToFloat(c);
         at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-        v[4 * s + b] = d * code + lo;
+        v[4 * s + b] = (s ? d1 : d) * code + lo; // (g16 is sym: lo = 0)
       }
     }
   }

@@ -13,6 +13,7 @@
 #include "codegen/NvrtcCompiler.h"
 #include "compiler/Importer.h"
 #include "compiler/PlanWriter.h"
+#include "compiler/frontend/Dequant.h"
 #include "compiler/frontend/HfModel.h"
 #include "compiler/frontend/Model.h"
 #include "compiler/tokenizer/HfTokenizer.h"
@@ -262,6 +263,36 @@ llmrt::Status compile(const CompileOptions &opts) {
                    "plan and --device auto runs it on the CPU%s\n",
                    opts.targetsGiven ? "warning" : "note", stats->stepsWithoutKernel.size(), stats->steps,
                    list.c_str(), hint.c_str());
+  }
+  if (!opts.quiet && !opts.dequantize) {
+    // GGUF blocks held in a wider format of ours (Dequant.h): say what they cost.
+    std::set<std::string> types;
+    uint64_t fileBytes = 0, planBytes = 0;
+    int widened = 0;
+    for (const SourceTensor &t : model.tensors->tensors()) {
+      if (t.dtype != SourceDType::Q5_0 && t.dtype != SourceDType::Q5_1 && t.dtype != SourceDType::Q4_K &&
+          t.dtype != SourceDType::Q5_K && t.dtype != SourceDType::Q6_K)
+        continue;
+      auto format = model.tensors->nativeFormat(t.name);
+      if (!format || t.shape.size() != 2)
+        continue;
+      auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
+      if (!rowBytes.ok())
+        continue;
+      ++widened;
+      types.insert(sourceDTypeName(t.dtype));
+      fileBytes += static_cast<uint64_t>(storageBytes(t.dtype, t.numElements()));
+      planBytes += static_cast<uint64_t>(*rowBytes * t.shape[0]);
+    }
+    if (widened > 0) {
+      std::string list;
+      for (const std::string &type : types)
+        list += (list.empty() ? "" : ", ") + type;
+      std::fprintf(stderr,
+                   "llmc: note: %d tensors of GGUF %s blocks are held with the same values in wider formats: "
+                   "%.1f MiB in the file, %.1f MiB in the plan (README: Quantized weights)\n",
+                   widened, list.c_str(), fileBytes / 1048576.0, planBytes / 1048576.0);
+    }
   }
   if (!opts.quiet) {
     struct rusage ru {};

@@ -44,9 +44,10 @@ bool isMatrix(WeightOp w, bool &embeddingLike) {
 }
 
 /// `f` with a group that divides rows of k elements: the largest multiple of
-/// 32 not above f.group that divides k (32 always does when k % 32 == 0).
+/// 32 not above f.group that divides k (32 always does when k % 32 == 0); a
+/// group of 16 (int8 sym) or a whole row as it is, where rows of k fit it.
 std::optional<llmrt::quant::Format> fitGroup(llmrt::quant::Format f, int64_t k) {
-  if (f.group == 0)
+  if (f.group == 0 || f.group < llmrt::quant::kSubBlock)
     return llmrt::quant::row_bytes(f, k).ok() ? std::optional(f) : std::nullopt;
   for (int64_t g = f.group; g >= llmrt::quant::kSubBlock; g -= llmrt::quant::kSubBlock)
     if (k % g == 0) {

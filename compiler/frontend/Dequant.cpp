@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 static_assert(std::endian::native == std::endian::little,
               "the checkpoint readers assume a little-endian host");
@@ -60,7 +61,13 @@ int64_t blockElements(SourceDType type) {
   case SourceDType::Q8_0:
   case SourceDType::Q4_0:
   case SourceDType::Q4_1:
+  case SourceDType::Q5_0:
+  case SourceDType::Q5_1:
     return 32;
+  case SourceDType::Q4_K:
+  case SourceDType::Q5_K:
+  case SourceDType::Q6_K:
+    return 256;
   case SourceDType::Packed:
     return 1;
   }
@@ -80,6 +87,16 @@ int64_t blockBytes(SourceDType type) {
     return 18;
   case SourceDType::Q4_1:
     return 20;
+  case SourceDType::Q5_0:
+    return 22;
+  case SourceDType::Q5_1:
+    return 24;
+  case SourceDType::Q4_K:
+    return 144;
+  case SourceDType::Q5_K:
+    return 176;
+  case SourceDType::Q6_K:
+    return 210;
   case SourceDType::Packed:
     return -1;
   }
@@ -144,6 +161,139 @@ void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out) {
   }
 }
 
+std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
+  using llmrt::quant::Offset;
+  using llmrt::quant::ScaleType;
+  auto fmt = [](int bits, int64_t group, ScaleType scale, Offset offset) {
+    return std::optional(llmrt::quant::Format{bits, group, scale, offset});
+  };
+  switch (type) {
+  case SourceDType::Q8_0: return fmt(8, 32, ScaleType::kF16, Offset::kSym);
+  case SourceDType::Q4_0: return fmt(4, 32, ScaleType::kF16, Offset::kSym);
+  case SourceDType::Q4_1: return fmt(4, 32, ScaleType::kF16, Offset::kMin);
+  case SourceDType::Q5_0: return fmt(8, 32, ScaleType::kF16, Offset::kZeroPoint);
+  case SourceDType::Q5_1: return fmt(8, 32, ScaleType::kF16, Offset::kMin);
+  case SourceDType::Q4_K: return fmt(4, 32, ScaleType::kF32, Offset::kMin);
+  case SourceDType::Q5_K: return fmt(8, 32, ScaleType::kF32, Offset::kMin);
+  case SourceDType::Q6_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
+  default: return std::nullopt;
+  }
+}
+
+namespace {
+
+void storeF32(uint8_t *p, float v) { std::memcpy(p, &v, 4); }
+
+// Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
+// (j < 4: the low 6 bits of bytes j and j + 4; else 4 bits from byte j + 4
+// and the top 2 bits of bytes j - 4 and j).
+void kScaleMin(int j, const uint8_t *s, int *sc, int *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// One Q4_K / Q5_K block as 8 groups of 32 with f32 scale d * sc and min
+// -(dmin * m); `codes(j, l)` is element l of sub-block j.
+template <typename Codes>
+uint8_t *kGroups(const uint8_t *block, int bits, Codes &&codes, uint8_t *out) {
+  const float d = halfToFloat(loadU16(block)), dmin = halfToFloat(loadU16(block + 2));
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    kScaleMin(j, block + 4, &sc, &m);
+    storeF32(out, d * static_cast<float>(sc));
+    storeF32(out + 4, -(dmin * static_cast<float>(m)));
+    out += 8;
+    if (bits == 4) {
+      for (int l = 0; l < 16; ++l)
+        out[l] = static_cast<uint8_t>(codes(j, l) | (codes(j, l + 16) << 4));
+      out += 16;
+    } else {
+      for (int l = 0; l < 32; ++l)
+        out[l] = static_cast<uint8_t>(codes(j, l));
+      out += 32;
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
+                  uint8_t *out) {
+  const int64_t bb = blockBytes(type);
+  if (type == SourceDType::Q8_0 || type == SourceDType::Q4_0 ||
+      type == SourceDType::Q4_1) { // our g32 groups bit for bit
+    std::memcpy(out, blocks, static_cast<size_t>(numBlocks * bb));
+    return;
+  }
+  for (int64_t b = 0; b < numBlocks; ++b) {
+    const uint8_t *blk = blocks + b * bb;
+    switch (type) {
+    case SourceDType::Q5_0:
+    case SourceDType::Q5_1: {
+      const bool min = type == SourceDType::Q5_1;
+      uint32_t qh;
+      std::memcpy(&qh, blk + (min ? 4 : 2), 4);
+      const uint8_t *qs = blk + (min ? 8 : 6);
+      std::memcpy(out, blk, min ? 4 : 2); // d (and m)
+      if (!min)
+        out[2] = 16; // the zero point
+      out += min ? 4 : 3;
+      for (int j = 0; j < 16; ++j) {
+        out[j] = static_cast<uint8_t>((qs[j] & 0x0F) | ((qh >> j) & 1) << 4);
+        out[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+      }
+      out += 32;
+      break;
+    }
+    case SourceDType::Q4_K: {
+      const uint8_t *qs = blk + 16; // 4 runs of 32 bytes: sub-blocks 2c (low), 2c + 1 (high)
+      out = kGroups(blk, 4, [&](int j, int l) {
+        const uint8_t byte = qs[32 * (j / 2) + l];
+        return j % 2 ? byte >> 4 : byte & 0x0F;
+      }, out);
+      break;
+    }
+    case SourceDType::Q5_K: {
+      const uint8_t *qh = blk + 16, *qs = blk + 48;
+      out = kGroups(blk, 8, [&](int j, int l) {
+        const uint8_t byte = qs[32 * (j / 2) + l];
+        const int low = j % 2 ? byte >> 4 : byte & 0x0F;
+        return low | ((qh[l] >> j) & 1) << 4; // bit j of qh[l]: sub-block j's 5th bit
+      }, out);
+      break;
+    }
+    case SourceDType::Q6_K: {
+      const uint8_t *ql = blk, *qh = blk + 128;
+      const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+      const float d = halfToFloat(loadU16(blk + 208));
+      for (int g = 0; g < 16; ++g) { // elements 16 g .. 16 g + 15
+        storeF32(out, d * static_cast<float>(sc[g]));
+        out += 4;
+        for (int i = 0; i < 16; ++i) {
+          const int e = 16 * g + i, n = e / 128, quarter = e % 128 / 32, l = e % 32;
+          // quarters 0, 1: low nibbles of ql[l], ql[l + 32]; 2, 3: high nibbles;
+          // the top 2 bits at bits 2 * quarter of qh[l] (each half 64 ql, 32 qh bytes)
+          const uint8_t low = ql[64 * n + l + 32 * (quarter % 2)];
+          const int q = (quarter < 2 ? low & 0x0F : low >> 4) |
+                        ((qh[32 * n + l] >> (2 * quarter)) & 3) << 4;
+          out[i] = static_cast<uint8_t>(static_cast<int8_t>(q - 32));
+        }
+        out += 16;
+      }
+      break;
+    }
+    default:
+      break;
+    }
+  }
+}
+
 llmrt::Status dequantize(SourceDType type, const uint8_t *src, size_t srcBytes,
                          int64_t numElements, float *out) {
   int64_t expected = storageBytes(type, numElements);
@@ -177,6 +327,21 @@ llmrt::Status dequantize(SourceDType type, const uint8_t *src, size_t srcBytes,
   case SourceDType::Q4_1:
     dequantizeQ4_1(src, blocks, out);
     break;
+  case SourceDType::Q5_0:
+  case SourceDType::Q5_1:
+  case SourceDType::Q4_K:
+  case SourceDType::Q5_K:
+  case SourceDType::Q6_K: {
+    // Through the exact held format, a block at a time (its values are ggml's).
+    const llmrt::quant::Format f = *heldFormat(type);
+    const int64_t be = blockElements(type);
+    std::vector<uint8_t> groups(static_cast<size_t>(*llmrt::quant::row_bytes(f, be)));
+    for (int64_t b = 0; b < blocks; ++b) {
+      repackBlocks(type, src + b * blockBytes(type), 1, groups.data());
+      llmrt::quant::dequantize_row(f, groups.data(), be, out + b * be);
+    }
+    break;
+  }
   case SourceDType::Packed:
     return llmrt::invalid_argument("a packed quantized tensor is converted by its source");
   }

@@ -8,13 +8,35 @@
 // In the 4-bit formats byte j holds element j in its low nibble and element
 // j + 16 in its high nibble.
 //
+// ggml's wider blocks (layouts as in its public block structs; written here
+// from the format's definition) are held exactly in one of our quantized
+// formats (runtime/quant/quant_format.h), wider than the file:
+//   Q5_0: { f16 d; u8 qh[4]; u8 qs[16]; }   22 bytes / 32, y = d * (q - 16)
+//         -> int8-g32-f16-zp (z = 16)                       35 bytes / 32
+//   Q5_1: { f16 d; f16 m; u8 qh[4]; u8 qs[16]; } 24 / 32,   y = d * q + m
+//         -> int8-g32-f16-min                                36 bytes / 32
+//   (q's 5th bit: bit j of qh for element j; low 4 bits as in Q4_0)
+//   Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128]; } 144 bytes / 256:
+//         8 sub-blocks of 32 with 6-bit scale sc and min m packed in scales;
+//         y = (d * sc) * q - dmin * m  -> int4-g32-f32-min  192 bytes / 256
+//   Q5_K: Q4_K's header, then u8 qh[32], u8 qs[128]: 176 bytes / 256,
+//         5-bit q                      -> int8-g32-f32-min  320 bytes / 256
+//   Q6_K: { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; } 210 bytes / 256:
+//         16 sub-blocks of 16, y = (d * sc) * (q - 32), q 6-bit
+//                                      -> int8-g16-f32-sym  320 bytes / 256
+// d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
+// is the one ggml's dequantization computes.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "compiler/frontend/Model.h"
 
+#include "runtime/quant/quant_format.h"
+
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace llmc {
 
@@ -34,6 +56,15 @@ void convertBF16(const uint8_t *src, int64_t n, float *out);
 void dequantizeQ8_0(const uint8_t *blocks, int64_t numBlocks, float *out);
 void dequantizeQ4_0(const uint8_t *blocks, int64_t numBlocks, float *out);
 void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out);
+
+/// The format (cpu_row_groups) that holds a 2-D tensor of a ggml block type
+/// exactly (above): Q8_0 / Q4_0 / Q4_1 bit for bit, the others widened;
+/// nullopt for float types.
+std::optional<llmrt::quant::Format> heldFormat(SourceDType type);
+/// Writes `numBlocks` consecutive blocks of `type` (a row's worth) as
+/// heldFormat(type)'s groups: row_bytes(format, numBlocks * blockElements).
+void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
+                  uint8_t *out);
 
 /// Converts `numElements` elements of `type` stored in src[srcBytes] to f32.
 /// Fails when srcBytes does not match storageBytes(type, numElements).

@@ -315,6 +315,11 @@ std::optional<SourceDType> ggmlToSourceDType(uint32_t type) {
   case GgmlType::Q8_0: return SourceDType::Q8_0;
   case GgmlType::Q4_0: return SourceDType::Q4_0;
   case GgmlType::Q4_1: return SourceDType::Q4_1;
+  case GgmlType::Q5_0: return SourceDType::Q5_0;
+  case GgmlType::Q5_1: return SourceDType::Q5_1;
+  case GgmlType::Q4_K: return SourceDType::Q4_K;
+  case GgmlType::Q5_K: return SourceDType::Q5_K;
+  case GgmlType::Q6_K: return SourceDType::Q6_K;
   default: return std::nullopt;
   }
 }

@@ -130,27 +130,9 @@ public:
     auto it = entries_.find(std::string(name));
     if (it == entries_.end() || it->second.info->dims.size() != 2)
       return std::nullopt;
-    // ggml's blocks of 32 with an f16 scale are our g32 formats bit for bit
-    // (runtime/quant/quant_format.h).
-    llmrt::quant::Format f;
-    f.group = 32;
-    f.scale = llmrt::quant::ScaleType::kF16;
-    switch (it->second.dtype) {
-    case SourceDType::Q8_0:
-      f.bits = 8;
-      f.offset = llmrt::quant::Offset::kSym;
-      return f;
-    case SourceDType::Q4_0:
-      f.bits = 4;
-      f.offset = llmrt::quant::Offset::kSym;
-      return f;
-    case SourceDType::Q4_1:
-      f.bits = 4;
-      f.offset = llmrt::quant::Offset::kMin;
-      return f;
-    default:
-      return std::nullopt;
-    }
+    // ggml's blocks in the format that holds them exactly (Dequant.h): Q8_0,
+    // Q4_0 and Q4_1 bit for bit, the others widened.
+    return heldFormat(it->second.dtype);
   }
 
   Status readPacked(std::string_view name, uint8_t *out) const override {
@@ -162,16 +144,20 @@ public:
     const int64_t rows = info.dims.back();
     const int64_t rowElems = rows == 0 ? 0 : info.numElements / rows;
     auto rb = llmrt::quant::row_bytes(*format, rowElems);
-    if (!rb.ok() || *rb * rows != static_cast<int64_t>(info.numBytes))
-      return llmrt::invalid_argument(file_->name() + ": tensor '" + info.name +
-                                     "': " + std::to_string(info.numBytes) +
-                                     " bytes do not hold " + std::to_string(rows) +
-                                     " rows of " + std::to_string(rowElems) + " " +
-                                     sourceDTypeName(e.dtype) + " elements");
+    if (!rb.ok())
+      return llmrt::invalid_argument(file_->name() + ": tensor '" + info.name + "': rows of " +
+                                     std::to_string(rowElems) + " " + sourceDTypeName(e.dtype) +
+                                     " elements: " + std::string(rb.status().message()));
     const uint8_t *src = file_->tensorData(info);
+    const int64_t srcRow = storageBytes(e.dtype, rowElems);
+    if (srcRow < 0 || srcRow * rows != static_cast<int64_t>(info.numBytes))
+      return llmrt::invalid_argument(file_->name() + ": tensor '" + info.name + "': " +
+                                     std::to_string(info.numBytes) + " bytes do not hold " +
+                                     std::to_string(rows) + " rows of " + std::to_string(rowElems) +
+                                     " " + sourceDTypeName(e.dtype) + " elements");
     for (int64_t hfRow = 0; hfRow < rows; ++hfRow) {
       int64_t g = e.permuteHeadDim ? ggufRowForHfRow(hfRow, e.permuteHeadDim) : hfRow;
-      std::memcpy(out + hfRow * *rb, src + g * *rb, static_cast<size_t>(*rb));
+      repackBlocks(e.dtype, src + g * srcRow, rowElems / blockElements(e.dtype), out + hfRow * *rb);
     }
     return llmrt::ok_status();
   }
@@ -485,7 +471,7 @@ StatusOr<LoadedModel> loadGgufModel(std::unique_ptr<GgufFile> fileOwned,
       return llmrt::unimplemented(
           source->file().name() + ": tensor '" + info.name + "' has type " +
           (typeName ? typeName : std::to_string(info.type)) +
-          "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
+          "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
     }
     SourceTensor tensor;
     tensor.name = *hfName;

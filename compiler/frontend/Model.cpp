@@ -22,6 +22,11 @@ const char *sourceDTypeName(SourceDType type) {
   case SourceDType::Q8_0: return "Q8_0";
   case SourceDType::Q4_0: return "Q4_0";
   case SourceDType::Q4_1: return "Q4_1";
+  case SourceDType::Q5_0: return "Q5_0";
+  case SourceDType::Q5_1: return "Q5_1";
+  case SourceDType::Q4_K: return "Q4_K";
+  case SourceDType::Q5_K: return "Q5_K";
+  case SourceDType::Q6_K: return "Q6_K";
   case SourceDType::Packed: return "packed";
   }
   return "?";

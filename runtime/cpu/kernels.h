@@ -108,8 +108,9 @@ void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& bod
 //    against weight group codes c_i (sym int4: nibble - 8; sym int8: the int8; zp: q - z;
 //    min: q) each block b gives the exact integer P_b = sum over its 32 elements of c_i * q_i;
 //    in block order acc = fma(dw * dx_b, float(P_b), acc) and msum = fma(m, s_b, msum) (min
-//    formats; else msum = 0); y = acc + msum, then + bias. (|P_b| < 2^24, so float(P_b) is
-//    exact.) The scalar implementation is the oracle; the SIMD ones (cpu_interleaved8 layout:
+//    formats; else msum = 0); y = acc + msum, then + bias. Groups of 16 (int8 sym) split a
+//    block in two: P_b's halves, each with its group's dw, in element order. (|P_b| < 2^24,
+//    so float(P_b) is exact.) The scalar implementation is the oracle; the SIMD ones (cpu_interleaved8 layout:
 //    8 weight rows per 32-bit lane, no horizontal sums) are bit-identical.
 //  Threads split output columns or tokens only (split_linear_work), so a row's result never
 //  depends on the batch.

@@ -114,8 +114,10 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
   const Format& f = w.format;
   const RowView v(w, row);
   const int64_t g = quant::group_elems(f, w.k);
+  // A group's pieces: its 32-element sub-blocks, or the group itself when it is half of one
+  // (int8 sym only): each piece's integer sum is scaled by the group's scale and its block's.
+  const int64_t piece = std::min(g, quant::kSubBlock);
   float acc = 0.0f, msum = 0.0f;
-  int64_t b = 0;
   for (int64_t gi = 0; gi < w.k / g; ++gi) {
     const uint8_t* grp = v.group(gi);
     const float dw = v.scale(grp);
@@ -123,10 +125,11 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
     int z = 0;
     if (f.offset == Offset::kZeroPoint) z = v.zero_point(grp);
     else if (f.offset == Offset::kSym && f.bits == 4) z = 8;
-    for (int64_t s = 0; s < g / quant::kSubBlock; ++s, ++b) {
-      const int8_t* xq = qx + b * quant::kSubBlock;
+    for (int64_t s = 0; s < g / piece; ++s) {
+      const int64_t e0 = gi * g + s * piece, b = e0 / quant::kSubBlock;
+      const int8_t* xq = qx + e0;
       int32_t p = 0;
-      for (int i = 0; i < quant::kSubBlock; ++i) {
+      for (int i = 0; i < piece; ++i) {
         int c;
         if (f.bits == 8) {
           const uint8_t byte = v.code_byte(grp, s, i);
@@ -259,8 +262,21 @@ TilesFn pick_offset(const Format& f) {
   return nullptr;
 }
 
+template <int ISA, quant::ScaleType S, int TB>
+TilesFn tiles16_for() {
+  if constexpr (ISA == 2) return avx512::fast_tiles16<S, TB, true>;
+  else return avx2::fast_tiles16<S, TB, ISA == 1>;
+}
+
 template <int ISA, int TB>
 TilesFn pick_bits(const Format& f) {
+  if (f.group == quant::kHalfGroup) {  // int8 sym (parse_format allows no other)
+    switch (f.scale) {
+      case quant::ScaleType::kF16: return tiles16_for<ISA, quant::ScaleType::kF16, TB>();
+      case quant::ScaleType::kBF16: return tiles16_for<ISA, quant::ScaleType::kBF16, TB>();
+      case quant::ScaleType::kF32: return tiles16_for<ISA, quant::ScaleType::kF32, TB>();
+    }
+  }
   return f.bits == 4 ? pick_offset<ISA, 4, TB>(f) : pick_offset<ISA, 8, TB>(f);
 }
 

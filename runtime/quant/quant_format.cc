@@ -76,12 +76,16 @@ int64_t group_bytes(const Format& f, int64_t g) { return header_bytes(f) + g * f
 StatusOr<int64_t> row_bytes(const Format& f, int64_t k) {
   const int64_t g = group_elems(f, k);
   if (k <= 0 || g <= 0) return invalid_argument("quantized rows need a positive length");
-  if (g % kSubBlock != 0)
+  if (g % kSubBlock != 0 && !(g == kHalfGroup && f.bits == 8 && f.offset == Offset::kSym))
     return invalid_argument("group size " + std::to_string(g) + " of " + format_name(f) +
-                            " is not a multiple of " + std::to_string(kSubBlock));
+                            " is not a multiple of " + std::to_string(kSubBlock) +
+                            " (16 only for int8 sym)");
   if (k % g != 0)
     return invalid_argument("rows of " + std::to_string(k) + " elements are not a whole number " +
                             "of groups of " + std::to_string(g) + " (" + format_name(f) + ")");
+  if (k % kSubBlock != 0)
+    return invalid_argument("rows of " + std::to_string(k) + " elements are not whole " +
+                            std::to_string(kSubBlock) + "-element sub-blocks (" + format_name(f) + ")");
   return k / g * group_bytes(f, g);
 }
 
@@ -118,16 +122,15 @@ template <typename Move>
 void for_each_tile_run(const Format& f, int64_t k, int only, Move&& move) {
   const int64_t g = group_elems(f, k), gb = group_bytes(f, g), hb = header_bytes(f);
   const int sb = scale_bytes(f.scale);
-  const int64_t cb = kSubBlock * f.bits / 8;  // code bytes of one row's sub-block
+  const int64_t chunks = g * f.bits / 8 / 4;  // 4-byte code chunks of one row's group
   for (int64_t gi = 0; gi < k / g; ++gi) {
     const int64_t tile_g = gi * kTileRows * gb, row_g = gi * gb;
     for (int r = only >= 0 ? only : 0; r < (only >= 0 ? only + 1 : kTileRows); ++r) {
       move(tile_g + r * sb, r, row_g, sb);  // scale
       if (f.offset == Offset::kMin) move(tile_g + kTileRows * sb + r * sb, r, row_g + sb, sb);
       if (f.offset == Offset::kZeroPoint) move(tile_g + kTileRows * sb + r, r, row_g + sb, 1);
-      for (int64_t s = 0; s < g / kSubBlock; ++s)
-        for (int64_t c = 0; c < cb / 4; ++c)
-          move(tile_g + kTileRows * hb + s * kTileRows * cb + 32 * c + 4 * r, r, row_g + hb + s * cb + 4 * c, 4);
+      for (int64_t c = 0; c < chunks; ++c)
+        move(tile_g + kTileRows * hb + 32 * c + 4 * r, r, row_g + hb + 4 * c, 4);
     }
   }
 }
@@ -353,8 +356,8 @@ StatusOr<Format> parse_format(std::string_view name) {
   if (parts[1] == "row") {
     f.group = 0;
   } else if (parts[1].size() < 2 || parts[1][0] != 'g' || !parse_int(parts[1].substr(1), &f.group) ||
-             f.group <= 0 || f.group % kSubBlock != 0) {
-    return bad("group '" + std::string(parts[1]) + "' (a multiple of 32, or row)");
+             f.group <= 0 || (f.group % kSubBlock != 0 && f.group != kHalfGroup)) {
+    return bad("group '" + std::string(parts[1]) + "' (a multiple of 32, 16, or row)");
   }
   if (parts[2] == "f16") f.scale = ScaleType::kF16;
   else if (parts[2] == "bf16") f.scale = ScaleType::kBF16;
@@ -364,6 +367,8 @@ StatusOr<Format> parse_format(std::string_view name) {
   else if (parts[3] == "zp") f.offset = Offset::kZeroPoint;
   else if (parts[3] == "min") f.offset = Offset::kMin;
   else return bad("offset '" + std::string(parts[3]) + "'");
+  if (f.group == kHalfGroup && (f.bits != 8 || f.offset != Offset::kSym))
+    return bad("groups of 16 are int8 sym only");
   return f;
 }
 

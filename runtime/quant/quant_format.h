@@ -14,10 +14,18 @@
 //   zp   int8: d * (q - z) (q, z uint8)      zp   int4: d * (q - z)   (z 0..15)
 //   min  int8: d * q + m (q uint8)           min  int4: d * q + m
 //
+// A group is a multiple of 32 elements, or 16 for int8 sym (GGUF's 16-element sub-blocks); rows
+// are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32).
+//
 // With a group of 32 and f16 scales these are GGUF's blocks bit for bit: int8-g32-f16-sym is
 // Q8_0, int4-g32-f16-sym is Q4_0, int4-g32-f16-min is Q4_1 (block_q8_0/q4_0/q4_1 of ggml).
 // Every product d * q above is exact in f32 (a 24-bit significand holds 11 + 9 bits), so
-// dequantization does not depend on how it is evaluated.
+// dequantization does not depend on how it is evaluated. GGUF's other blocks are held exactly
+// in a wider format (compiler/frontend/Dequant.h): Q5_0 as int8-g32-f16-zp (z = 16), Q5_1 as
+// int8-g32-f16-min, and the k-quants, whose sub-block scale is a product d * sc of an f16 and a
+// 6- or 8-bit integer (exact in f32), as f32 scales: Q4_K int4-g32-f32-min, Q5_K
+// int8-g32-f32-min (the min negated), Q6_K int8-g16-f32-sym (codes q - 32; d * sc * (q - 32)
+// is one f32 rounding there as in ggml's (d * sc) * q).
 //
 // Names: "int<bits>-g<group>|row-<f16|bf16|f32>-<sym|zp|min>", e.g. "int4-g128-f16-zp".
 //
@@ -27,9 +35,10 @@
 // of a tile is
 //
 //   8 scales (row 0..7), then 8 offsets (min: 8 values of the scale type; zp: 8 bytes), then
-//   per 32-element sub-block the 8 rows' code bytes in 4-byte chunks: byte 32 * c + 4 * r + e
-//   is byte 4 * c + e of row r's sub-block in the row layout above (c < 8 for int8, c < 4 for
-//   int4: the low nibbles are elements 4c..4c+3, the high ones 16+4c..16+4c+3).
+//   the 8 rows' code bytes in 4-byte chunks: code byte 32 * c + 4 * r + e is byte 4 * c + e of
+//   row r's group codes in the row layout above (so per 32-element sub-block c < 8 for int8,
+//   c < 4 for int4: the low nibbles are elements 4c..4c+3, the high ones 16+4c..16+4c+3; a group
+//   of 16 has 4 chunks).
 //
 // So a tile is 8 row_bytes and a load of chunk c gives, per 32-bit lane r, four codes of row r:
 // a dot product against 4 activations broadcast to every lane needs no horizontal sums.
@@ -75,6 +84,8 @@ enum class Offset : uint8_t { kSym = 0, kZeroPoint = 1, kMin = 2 };
 
 /// Sub-block of the int4 nibble order and of the fast contract's activation blocks.
 inline constexpr int64_t kSubBlock = 32;
+/// The one group smaller than a sub-block (int8 sym only): half of one.
+inline constexpr int64_t kHalfGroup = 16;
 /// The plan's tensor layout name for this storage.
 inline constexpr const char* kLayoutRowGroups = "cpu_row_groups";
 inline constexpr const char* kLayoutInterleaved8 = "cpu_interleaved8";
@@ -91,7 +102,7 @@ const char* layout_name(Layout l);
 
 struct Format {
   int bits = 4;                       // 4 | 8
-  int64_t group = 32;                 // elements per group, a multiple of 32; 0 = the whole row
+  int64_t group = 32;                 // elements per group: a multiple of 32, 16 (int8 sym); 0 = the whole row
   ScaleType scale = ScaleType::kF16;
   Offset offset = Offset::kSym;
 

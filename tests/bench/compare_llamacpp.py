@@ -390,8 +390,9 @@ def print_report(res, args):
         pb, gb = m.get("plan_weight_bytes"), m["gguf_weight_bytes"]
         if pb and gb:
             print(f"note: {m['label']}: the plan's weights are {pb / 2**20:.1f} MiB vs "
-                  f"{gb / 2**20:.1f} MiB in the GGUF ({pb / gb:.2f}x; Q4_1 blocks are kept as they "
-                  f"are, llmrt's kernels: {m['llmrt'].get('cpu_kernels', '?')}).")
+                  f"{gb / 2**20:.1f} MiB in the GGUF ({pb / gb:.2f}x; Q8_0/Q4_0/Q4_1 blocks are kept as "
+                  f"they are, Q5_0/Q5_1/Q4_K/Q5_K/Q6_K held in wider formats; llmrt's kernels: "
+                  f"{m['llmrt'].get('cpu_kernels', '?')}).")
     if res["load_average_at_start"] > 0.5:
         print(f"warning: load average was {res['load_average_at_start']:.2f} at the start: the CPUs "
               f"were shared, so these figures understate both engines")
@@ -423,8 +424,11 @@ def cmd_all(args):
             f"noisy (llama.cpp's spinning thread barrier suffers most when cores are taken)")
     res = dict(threads=args.threads, pp=args.pp, tg=args.tg, repetitions=args.repetitions,
                cpu_model=cpu_model(), load_average_at_start=load, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), models=[],
-               note="llmrt keeps the GGUF's Q4_1 blocks; plans use the fast contract (int8 activations)")
-    res["models"].append(compare_model(args, "SmolLM2-135M Q4_1", args.model, work))
+               note="llmrt keeps the GGUF's quantized blocks (Q5_0 ... Q6_K widened); plans use the fast "
+                    "contract (int8 activations)")
+    default_model = args.model == ap_default_model()
+    label = "SmolLM2-135M Q4_1" if default_model else os.path.splitext(os.path.basename(args.model))[0][:24]
+    res["models"].append(compare_model(args, label, args.model, work))
     if args.with_1b:
         big = args.model_1b or os.path.join(work, "llama-3.2-1b-shaped-random.Q4_1.gguf")
         if not os.path.exists(big):
@@ -455,6 +459,10 @@ def cmd_all(args):
     print_report(res, args)
 
 
+def ap_default_model():
+    return os.path.join(ROOT, ".cache", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
 def positive(text):
     v = int(text)
     if v < 1:
@@ -475,7 +483,7 @@ def main():
 
     a = sub.add_parser("all", help="the whole comparison")
     a.add_argument("--build", default=os.path.join(ROOT, "build"), help="build dir holding tools/llmc and tools/llmrt")
-    a.add_argument("--model", default=os.path.join(ROOT, ".cache", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    a.add_argument("--model", default=ap_default_model())
     a.add_argument("--with-1b", action="store_true", help="also the Llama-3.2-1B-shaped random Q4_1 model")
     a.add_argument("--model-1b", help="path of the 1B GGUF (default: in the work dir; written there when absent)")
     a.add_argument("--threads", type=positive, default=2)

@@ -21,7 +21,7 @@ using namespace llmc::testing::emulated;
 /// executors (the CPU under `cpuKernels`); logits compared at every row. `int8Gemv`: whether
 /// the plan's quantized GEMVs read int8 activations (each after its input's quantize_q8).
 void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores = false,
-                       const char *cpuKernels = "reference", bool int8Gemv = false) {
+                       const char *cpuKernels = "reference", bool int8Gemv = false, bool fusedQkv = true) {
   auto plan = llmrt::Plan::open(planPath);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EmulatedDriver driver((*plan)->fb(), uint64_t{1} << 30);
@@ -35,8 +35,9 @@ void runBothAndCompare(const std::string &planPath, double tol, bool tensorCores
   for (const Step &st : {makeStep({bs + 3, 5}, {bs + 3, 5}, bs, mb, V, 1),    // prefill
                          makeStep({bs + 4, 6}, {1, 1}, bs, mb, V, 2)})      // decode
     ex->compare(st, tol);
-  // The decode step launches each layer's rope_kv_store inside its attention kernel.
-  EXPECT_EQ(gpu->rope_in_attention_steps(), gpu->num_layers());
+  // The decode step launches each layer's rope_kv_store inside its attention kernel (where q, k
+  // and v are one projection: fuse-rope-kv-store's input).
+  EXPECT_EQ(gpu->rope_in_attention_steps(), fusedQkv ? gpu->num_layers() : 0);
   EXPECT_EQ(driver.launches(), 2 * gpu->launches_per_step(2) + gpu->rope_in_attention_steps());
   EXPECT_EQ(driver.int8GemvLaunches() > 0, int8Gemv) << driver.int8GemvLaunches();
   // (their inputs quantized by a quantize_q8 kernel or by the step writing them)
@@ -752,6 +753,25 @@ TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {
         quantizedTable = true;
     EXPECT_TRUE(quantizedTable) << "the plan's embedding table is not quantized";
     runBothAndCompare(plan, kInt8ActivationTol, false, "fast", true);
+  }
+}
+
+TEST(CudaExecutor, GgufKQuantPlansMatchTheCpuExecutor) {
+  // llama.cpp's Q4_K_M and Q5_1 mixes (tests/fixtures/kquant): Q4_K as int4-g32-f32-min, Q5_1
+  // as int8-g32-f16-min, the Q6_K lm_head (and Q4_K_M's attn_v / ffn_down) in groups of 16, on
+  // the int8-activation GEMVs and the per-element table reads; the reference GEMVs too.
+  // Q4_K_M's q and k (Q4_K) and v (Q6_K) are three projections, so its decode attention does no
+  // rope_kv_store inside.
+  for (auto [file, fusedQkv] : {std::pair{"tiny_q4_k_m.gguf", false}, std::pair{"tiny_q5_1.gguf", true}}) {
+    SCOPED_TRACE(file);
+    const std::string gguf = std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/kquant/" + file;
+    TempDir dir;
+    runBothAndCompare(compilePlan(dir, gguf, "--target sm_90 --weight-layout cuda-mma --no-tensor-cores"),
+                      kInt8ActivationTol, false, "fast", true, fusedQkv);
+    TempDir dir2;
+    runBothAndCompare(compilePlan(dir2, gguf, "--target sm_90 --weight-layout cuda-mma --no-tensor-cores "
+                                              "--cpu-kernels reference --quant-gemv f32"),
+                      1e-4, false, "reference", false, fusedQkv);
   }
 }
 

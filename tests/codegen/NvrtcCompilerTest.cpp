@@ -115,6 +115,16 @@ std::vector<KernelSpec> allFamilies() {
     add(llmc::emitLinearKernel({4096, 4096, weight, false, false, false, true}));
   add(llmc::emitLinearKernel({4096, 14336, "int4-g128-f16-min", false, false, false, true}));
   add(llmc::emitLinearKernel({128256, 4096, "int8-g32-f16-sym", false, true, false, true}));
+  // GGUF Q4_K_M as held: Q4_K's int4-g32-f32-min projections and Q6_K's groups of 16 (the
+  // lm_head over gathered rows), both activations' GEMVs, its tiles and its bf16 conversion.
+  for (const bool int8 : {true, false}) {
+    add(llmc::emitLinearKernel({4096, 4096, "int4-g32-f32-min", false, false, false, int8}));
+    add(llmc::emitLinearKernel({4096, 4096, "int8-g16-f32-sym", false, false, false, int8}));
+  }
+  add(llmc::emitLinearKernel({128256, 4096, "int8-g16-f32-sym", false, true, false, true}));
+  add(llmc::emitLinearKernel({4096, 14336, "int8-g16-f32-sym", false, false, true}));
+  add(llmc::emitDequantBf16Kernel("int8-g16-f32-sym", 4096, 14336));
+  add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g32-f32-min"}));
   // Llama-3-8B's decode gate|up with the SiLU-mul epilogue (Step.silu_kernel): int8 and f32
   // activations, Q4_1-like groups of 32.
   for (const bool int8 : {true, false}) {
@@ -400,7 +410,8 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       EXPECT_LE(image.resources.spillBytes, gemv ? 112u : 0u);
       // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, else unsigned.
       if (contains(spec.entry, "_q8a_"))
-        EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_g32_f16_sym") ? "dp4a.s32.s32" : "dp4a.u32.s32"));
+        EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_") && contains(spec.entry, "_sym_") ? "dp4a.s32.s32"
+                                                                                                   : "dp4a.u32.s32"));
       if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
       // An f16 cache is written with the conversion instruction (round to nearest even).
@@ -473,7 +484,7 @@ TEST_F(NvrtcTest, QuantizedTensorCoreTilesDoNotSpillOnAnySku) {
   // image spills on any default SKU (a 64-register choice of ptxas spilled 16-48 bytes on
   // sm_86/89/90 before the tiles asked for 96).
   for (const char *weight : {"int4-g128-f16-zp", "int4-g128-f16-sym", "int4-g32-f16-min", "int8-g128-f16-sym",
-                             "int8-g128-bf16-zp", "int8-row-f32-sym"})
+                             "int8-g128-bf16-zp", "int8-row-f32-sym", "int8-g16-f32-sym", "int4-g32-f32-min"})
     for (int64_t k : {4096, 14336}) {
       auto spec = llmc::emitLinearKernel({k == 4096 ? 6144 : 4096, k, weight, false, false, true});
       ASSERT_TRUE(spec.ok()) << spec.status().to_string();

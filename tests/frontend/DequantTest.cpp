@@ -1,4 +1,4 @@
-//===- DequantTest.cpp - F16/BF16/Q8_0/Q4_0/Q4_1 to f32 -------------------===//
+//===- DequantTest.cpp - F16/BF16 and ggml blocks to f32 -------------------===//
 
 #include "compiler/frontend/Dequant.h"
 #include "compiler/frontend/Gguf.h"
@@ -7,8 +7,16 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 using namespace llmc;
 using namespace llmc::test;
@@ -125,4 +133,98 @@ TEST(Dequant, MatchesGgufPythonReference) {
     ++checked;
   }
   EXPECT_EQ(checked, 5);
+}
+
+// ---- ggml's wider blocks (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) --------------------
+
+namespace {
+
+std::string fnv1a64(const float *v, int64_t n) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  const auto *bytes = reinterpret_cast<const uint8_t *>(v);
+  for (int64_t i = 0; i < n * 4; ++i)
+    h = (h ^ bytes[i]) * 0x100000001B3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+} // namespace
+
+// Files llama.cpp quantized (tests/reference/make_kquant_fixtures.py): every tensor dequantized
+// here is what the `gguf` package's numpy dequantization gives, value for value (a hash of its
+// f32 bytes), so the formats that hold these blocks (heldFormat) hold ggml's values exactly.
+TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
+  const std::string dir = LLMC_KQUANT_FIXTURES;
+  std::ifstream in(dir + "/reference.json");
+  ASSERT_TRUE(in) << dir << "/reference.json";
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  std::set<std::string> typesSeen;
+  ASSERT_EQ(ref["files"].size(), 4u);
+  for (const auto &[file, entry] : ref["files"].items()) {
+    SCOPED_TRACE(file);
+    auto gguf = GgufFile::open(dir + "/" + file);
+    ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
+    ASSERT_EQ((*gguf)->tensors().size(), entry["tensors"].size());
+    for (const GgufTensorInfo &t : (*gguf)->tensors()) {
+      SCOPED_TRACE(t.name);
+      const auto &want = entry["tensors"].at(t.name);
+      ASSERT_STREQ(ggmlTypeName(t.type), want["type"].get<std::string>().c_str());
+      auto dtype = ggmlToSourceDType(t.type);
+      ASSERT_TRUE(dtype.has_value());
+      typesSeen.insert(sourceDTypeName(*dtype));
+      std::vector<float> out(static_cast<size_t>(t.numElements));
+      ASSERT_TRUE(dequantize(*dtype, (*gguf)->tensorData(t), t.numBytes, t.numElements, out.data()).ok());
+      EXPECT_EQ(fnv1a64(out.data(), t.numElements), want["fnv1a64"].get<std::string>());
+      // Held rows: the repacked blocks' bytes are a row of their format, read back the same.
+      if (auto f = heldFormat(*dtype); f && t.dims.size() == 2) {
+        const int64_t k = t.dims[0], rowBytes = *llmrt::quant::row_bytes(*f, k);
+        std::vector<uint8_t> row(static_cast<size_t>(rowBytes));
+        std::vector<float> back(static_cast<size_t>(k));
+        const int64_t srcRow = storageBytes(*dtype, k), last = t.dims[1] - 1;
+        repackBlocks(*dtype, (*gguf)->tensorData(t) + last * srcRow, k / blockElements(*dtype), row.data());
+        EXPECT_EQ(llmrt::quant::check_row(*f, row.data(), k), "");
+        llmrt::quant::dequantize_row(*f, row.data(), k, back.data());
+        EXPECT_EQ(std::memcmp(back.data(), out.data() + last * k, k * sizeof(float)), 0);
+      }
+    }
+  }
+  EXPECT_EQ(typesSeen, (std::set<std::string>{"F32", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"}));
+}
+
+TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
+  EXPECT_EQ(storageBytes(SourceDType::Q5_0, 64), 44);
+  EXPECT_EQ(storageBytes(SourceDType::Q5_1, 64), 48);
+  EXPECT_EQ(storageBytes(SourceDType::Q4_K, 512), 288);
+  EXPECT_EQ(storageBytes(SourceDType::Q5_K, 256), 176);
+  EXPECT_EQ(storageBytes(SourceDType::Q6_K, 256), 210);
+  EXPECT_EQ(storageBytes(SourceDType::Q6_K, 128), -1); // not a whole super-block
+  const std::pair<SourceDType, const char *> held[] = {
+      {SourceDType::Q8_0, "int8-g32-f16-sym"}, {SourceDType::Q4_0, "int4-g32-f16-sym"},
+      {SourceDType::Q4_1, "int4-g32-f16-min"}, {SourceDType::Q5_0, "int8-g32-f16-zp"},
+      {SourceDType::Q5_1, "int8-g32-f16-min"}, {SourceDType::Q4_K, "int4-g32-f32-min"},
+      {SourceDType::Q5_K, "int8-g32-f32-min"}, {SourceDType::Q6_K, "int8-g16-f32-sym"}};
+  for (const auto &[type, name] : held)
+    EXPECT_EQ(llmrt::quant::format_name(*heldFormat(type)), name) << sourceDTypeName(type);
+  EXPECT_FALSE(heldFormat(SourceDType::F16).has_value());
+}
+
+// One Q6_K block built by hand: element e = 16 g + i has code (e * 7) % 64 and scale g - 8, d = 0.5:
+// its value is (0.5 * (g - 8)) * (code - 32), through both the f32 path and the held format.
+TEST(Dequant, Q6KBlockFollowsItsLayout) {
+  uint8_t block[210] = {};
+  auto codeOf = [](int e) { return (e * 7) % 64; };
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, quarter = e % 128 / 32, l = e % 32, q = codeOf(e);
+    uint8_t &low = block[64 * n + l + 32 * (quarter % 2)];
+    low |= static_cast<uint8_t>(quarter < 2 ? q & 15 : (q & 15) << 4);
+    block[128 + 32 * n + l] |= static_cast<uint8_t>((q >> 4) << (2 * quarter));
+  }
+  for (int g = 0; g < 16; ++g)
+    block[192 + g] = static_cast<uint8_t>(static_cast<int8_t>(g - 8));
+  block[208] = 0x00, block[209] = 0x38; // f16 0.5
+  std::vector<float> out(256);
+  ASSERT_TRUE(dequantize(SourceDType::Q6_K, block, sizeof block, 256, out.data()).ok());
+  for (int e = 0; e < 256; ++e)
+    ASSERT_EQ(out[e], (0.5f * static_cast<float>(e / 16 - 8)) * static_cast<float>(codeOf(e) - 32)) << e;
 }

@@ -1,8 +1,9 @@
 // libFuzzer target: GGUF reader, metadata accessors, tokenizer extraction, the
-// GGUF → model mapping and tensor conversion. Any input must give a Status,
+// GGUF → model mapping and tensor conversion (to f32 and to the held quantized formats). Any input must give a Status,
 // never a crash, a hang or an ASan report.
 
 #include "compiler/frontend/Gguf.h"
+#include "runtime/quant/quant_format.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -32,12 +33,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   auto model = loadGgufModel(std::move(file).value(), "fuzz.gguf");
   if (!model.ok())
     return 0;
+  std::vector<uint8_t> packed;
   for (const SourceTensor &t : model->tensors->tensors()) {
     int64_t n = t.numElements();
     if (n > (1 << 20))
       continue;
     buffer.assign(static_cast<size_t>(n), 0.0f);
     (void)model->tensors->readF32(t.name, buffer.data());
+    // Quantized blocks kept as they are or widened (Q5_0 ... Q6_K) into their held format.
+    if (auto format = model->tensors->nativeFormat(t.name); format && t.shape.size() == 2) {
+      auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
+      if (!rowBytes.ok())
+        continue;
+      packed.assign(static_cast<size_t>(*rowBytes * t.shape[0]), 0);
+      (void)model->tensors->readPacked(t.name, packed.data());
+    }
   }
   return 0;
 }

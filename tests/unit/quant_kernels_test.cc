@@ -40,7 +40,9 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
 const char* kAllFormats[] = {
     "int4-g32-f16-sym", "int4-g32-f16-min", "int4-g32-f16-zp",  "int8-g32-f16-sym",
     "int8-g32-f16-zp",  "int8-g32-f16-min", "int4-g128-f16-min", "int4-g64-bf16-sym",
-    "int4-g128-f32-zp", "int8-row-f32-sym", "int4-row-f32-min",  "int8-g64-bf16-sym"};
+    "int4-g128-f32-zp", "int8-row-f32-sym", "int4-row-f32-min",  "int8-g64-bf16-sym",
+    // GGUF's Q4_K, Q5_K and Q6_K as the compiler holds them, and a 16-group in f16
+    "int4-g32-f32-min", "int8-g32-f32-min", "int8-g16-f32-sym",  "int8-g16-f16-sym"};
 
 // ---------------- formats ----------------
 
@@ -55,7 +57,8 @@ TEST(QuantFormat, NamesRoundTrip) {
 TEST(QuantFormat, BadNamesSayWhy) {
   for (const char* bad : {"int3-g32-f16-sym", "int4-g33-f16-sym", "int4-g32-f8-sym",
                           "int4-g32-f16-asym", "int4-g32-f16", "int4-g32-f16-sym-x", "", "q4_1",
-                          "int4-g-f16-sym", "int4-g0-f16-sym"}) {
+                          "int4-g-f16-sym", "int4-g0-f16-sym", "int4-g16-f16-sym", "int8-g16-f16-zp",
+                          "int8-g16-f32-min", "int8-g8-f16-sym", "int8-g48-f16-sym"}) {
     StatusOr<Format> f = quant::parse_format(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_NE(f.status().message().find("quantization format"), std::string::npos);
@@ -70,6 +73,10 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g128-f16-zp"), 256), 2 * (2 + 1 + 64));
   EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int4-g128-f16-min"), 576).ok());
   EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int8-row-f32-sym"), 48).ok());
+  // Groups of 16 (Q6_K's sub-blocks): 4 + 16 bytes each; rows still whole sub-blocks of 32.
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g16-f32-sym"), 256), 16 * 20);
+  EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int8-g16-f32-sym"), 48).ok());
+  EXPECT_NE(quant::parse_format("int4-g16-f32-sym").status().message().find("int8 sym only"), std::string::npos);
 }
 
 TEST(QuantFormat, HalfConversionMatchesTheCompiler) {
@@ -336,7 +343,7 @@ TEST(QuantLayout, CudaMmaTilesHoldTheSameRows) {
 // read from the row layout by this test's own decoder, and the lane's scale its row's.
 TEST(QuantLayout, CudaMmaLanesFindTheirMmaFragments) {
   for (const char* name : {"int4-g32-f16-min", "int4-g64-bf16-sym", "int4-g128-f32-zp", "int8-g32-f16-sym",
-                           "int8-g64-bf16-zp", "int4-row-f32-min"}) {
+                           "int8-g64-bf16-zp", "int4-row-f32-min", "int8-g16-f32-sym"}) {
     const int64_t k = quant::parse_format(name)->group == 128 ? 384 : 320;  // a short last span
     Case c = make_case(name, 16, k, 8);
     const Format& f = c.f;
@@ -481,6 +488,29 @@ TEST(QuantLinear, FastContractScalarFollowsItsDefinition) {
     }
     for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
       EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc + msum) << r;
+  }
+}
+
+TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
+  // Groups of 16: each activation block's integer sum taken per half, with that half's scale,
+  // halves in element order (kernels.h), written out again over the row layout.
+  Case c = make_case("int8-g16-f32-sym", 3, 96, 14);
+  std::vector<float> x = random_vec(96, 15);
+  std::vector<int8_t> q(96);
+  std::vector<float> d(3), s(3);
+  std::vector<int32_t> sums(3);
+  cpu::quantize_activations_scalar(x.data(), 96, q.data(), d.data(), s.data(), sums.data());
+  const int64_t rb = *quant::row_bytes(c.f, 96);
+  for (int64_t r = 0; r < 3; ++r) {
+    float acc = 0;
+    for (int h = 0; h < 6; ++h) {
+      const uint8_t* grp = c.w.data() + r * rb + h * 20;
+      int p = 0;
+      for (int i = 0; i < 16; ++i) p += static_cast<int8_t>(grp[4 + i]) * q[16 * h + i];
+      acc = std::fma(quant::load_scale(c.f.scale, grp) * d[h / 2], static_cast<float>(p), acc);
+    }
+    for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
+      EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc) << r;
   }
 }
 

@@ -62,7 +62,13 @@ compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvbf16.fb" --target "$TARGET" --kv-
 # An fp8 (E4M3) KV cache, the same way: 4 elements in one 4-byte load, the decode attention's
 # own k and v rounded as the cache holds them.
 compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvfp8.fb" --target "$TARGET" --kv-cache-dtype fp8
+# llama.cpp's Q4_K_M of a tiny Llama (Q4_K as int4-g32-f32-min, Q6_K in groups of 16): prefill
+# through dequant_bf16 and the GEMM library.
+KQ4KM=$ROOT/tests/fixtures/kquant/tiny_q4_k_m.gguf
+compile "$KQ4KM" -o "$OUT/plans/kq4km_mma_lib.fb" --target "$TARGET" --weight-layout cuda-mma
 compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
+# ... and on the int8-activation GEMVs at every row count.
+compile "$KQ4KM" -o "$OUT/plans/kq4km_mma.fb" --target "$TARGET" --weight-layout cuda-mma
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma.fb" --target "$TARGET" \
@@ -184,6 +190,8 @@ done
 # included; with --no-fused-quantize each GEMV's quantize_q8 kernel writes it)
 CONTRACT=fast case_ref awq4_mma_unfused awq4_mma 1e-2 "$PROMPT24" --no-fused-quantize
 CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROMPT80"
+CONTRACT=fast case_ref kq4km_mma kq4km_mma 1e-2 "$PROMPT24"
+CONTRACT=fast case_ref kq4km_mma_lib kq4km_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
 case_ref tiny_llama_tc_kvbf16 tiny_llama_tc_kvbf16 5e-3 "$PROMPT80"

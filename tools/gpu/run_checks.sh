@@ -199,7 +199,7 @@ if stage sanitizer 40; then
     for spec in "memcheck tiny_llama_tc" "memcheck tiny_mistral_swa_kv8" "memcheck tiny_llama_tc_kvbf16" \
                 "memcheck tiny_mistral_swa_kvf16" "memcheck tiny_llama_tc_kvfp8" "memcheck gptq4_desc_act_mma_tc" \
                 "racecheck tiny_llama_tc" "memcheck tiny_qwen2_bf16lib" "memcheck wide_vocab_f32" \
-                "racecheck wide_vocab_f32"; do
+                "racecheck wide_vocab_f32" "memcheck kq4km_mma"; do
       read -r tool plan <<< "$spec"
       [ -f "$B/plans/$plan.fb" ] || continue
       # shellcheck disable=SC2046
