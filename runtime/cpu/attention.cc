@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/vector_ops.h"
@@ -145,53 +146,124 @@ void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, 
   const int group = num_heads / kv.num_kv_heads;
   const int64_t width = static_cast<int64_t>(num_heads) * hd;
   const int64_t bs = kv.block_size;
-  pool.parallel_for(rows * num_heads, [&](int64_t b, int64_t e, int worker) {
+  auto lo_of = [&](int64_t p) { return sliding_window > 0 ? std::max<int64_t>(0, p - sliding_window + 1) : 0; };
+  // A unit: (token, head) rows of one sequence and one kv head, their scores taken together (each
+  // K row loaded once for all of them, and widened once for narrow caches). Each score is a dot
+  // product in linear_range's canonical order, so a row's numbers do not depend on its unit.
+  // Rows per unit: what the scratch holds, R rows of at most the longest span + R - 1 (their
+  // spans' union under a sliding window).
+  int64_t longest = 1;
+  for (int64_t t = 0; t < rows; ++t)
+    if (batch.seq_of_row[t] >= 0)
+      longest = std::max<int64_t>(longest, batch.positions[t] - lo_of(batch.positions[t]) + 1);
+  int64_t cap = 1;
+  while (cap < kAttentionUnitRows && (cap + 1) * (longest + cap) <= scratch_stride) ++cap;
+  // Runs of rows of one sequence (a step's rows of a sequence are adjacent); padding rows alone.
+  struct Run { int64_t t0, t1; };
+  struct Unit { int64_t t0, t1; int h0; };
+  static thread_local std::vector<Run> runs;  // (the caller's thread; kept to spare the allocations)
+  static thread_local std::vector<Unit> units;
+  runs.clear();
+  units.clear();
+  for (int64_t t = 0; t < rows;) {
+    int64_t e = t + 1;
+    if (batch.seq_of_row[t] >= 0)
+      while (e < rows && batch.seq_of_row[e] == batch.seq_of_row[t]) ++e;
+    runs.push_back({t, e});
+    t = e;
+  }
+  // A GQA group's heads share a unit where that leaves units enough for the threads (not at a
+  // batch-1 decode step, whose num_heads one-row items keep every thread busy).
+  auto units_for = [&](int64_t heads) {
+    const int64_t tokens = std::max<int64_t>(1, cap / heads);
+    int64_t n = 0;
+    for (const Run& r : runs) n += (r.t1 - r.t0 + tokens - 1) / tokens;
+    return n * (num_heads / heads);
+  };
+  const int64_t heads = cap >= group && units_for(group) >= 2 * pool.num_threads() ? group : 1;
+  const int64_t tokens = std::max<int64_t>(1, cap / heads);
+  for (const Run& r : runs)
+    for (int64_t t = r.t0; t < r.t1; t += tokens)
+      for (int h = 0; h < num_heads; h += static_cast<int>(heads))
+        units.push_back({t, std::min(r.t1, t + tokens), h});
+  const std::vector<Unit>& todo = units;  // this thread's list, for the workers
+  pool.parallel_for(static_cast<int64_t>(todo.size()), [&](int64_t b, int64_t e, int worker) {
     float* scores = scratch + worker * scratch_stride;
     alignas(64) float wide_scratch[kWideFloats];  // a 16-bit, fp8 or int8 cache's rows, widened
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t t = item / num_heads;
-      const int h = static_cast<int>(item % num_heads);
-      float* o = out + t * width + static_cast<int64_t>(h) * hd;
-      const int32_t s = batch.seq_of_row[t];
+    int32_t idx[kAttentionUnitRows];              // the unit's q rows (token-major)
+    for (int64_t ui = b; ui < e; ++ui) {
+      const Unit& u = todo[ui];
+      const int32_t s = batch.seq_of_row[u.t0];
       if (s < 0) {
-        std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
+        for (int64_t t = u.t0; t < u.t1; ++t)
+          std::memset(out + t * width + static_cast<int64_t>(u.h0) * hd, 0,
+                      static_cast<size_t>(heads * hd) * sizeof(float));
         continue;
       }
-      const int64_t p = batch.positions[t];
-      const int64_t lo = sliding_window > 0 ? std::max<int64_t>(0, p - sliding_window + 1) : 0;
-      const int32_t* table =
-          batch.block_tables + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
-      const float* qh = q + t * width + static_cast<int64_t>(h) * hd;
-      const int kvh = h / group;
-      float mx = -INFINITY;
+      const int32_t* table = batch.block_tables + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
+      const int kvh = u.h0 / group;
+      int64_t lo_u = INT64_MAX, p_u = 0, n = 0;
+      for (int64_t t = u.t0; t < u.t1; ++t) {
+        lo_u = std::min(lo_u, lo_of(batch.positions[t]));
+        p_u = std::max<int64_t>(p_u, batch.positions[t]);
+        for (int64_t h = 0; h < heads; ++h) idx[n++] = static_cast<int32_t>(t * num_heads + u.h0 + h);
+      }
+      const int64_t span = p_u - lo_u + 1;  // each row's scores: a row of `span` at scores + i * span
       // Rows of a block run at a time: all of it in place (f32), what fits the widening buffer
       // otherwise (the same numbers as an f32 cache holding the rounded / dequantized values).
-      // A block holds a head's slots as contiguous rows: one linear_range per run (the same
-      // products and order as dot(), several keys at a time).
+      // A block holds a head's slots as contiguous rows: one linear_range per run.
       const int64_t run_cap = kv.k ? bs : std::max<int64_t>(1, kWideFloats / hd);
-      for (int64_t j = lo; j <= p;) {
-        const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
-        linear_range(qh, nullptr, 0, 1, hd, kv_rows(kv, true, table[j / bs], j % bs, kvh, cnt, wide_scratch),
-                     cnt, nullptr, scores + (j - lo), cnt);
+      for (int64_t j = lo_u; j <= p_u;) {
+        const int64_t cnt = std::min<int64_t>({bs - j % bs, p_u + 1 - j, run_cap});
+        linear_range(q, idx, 0, n, hd, kv_rows(kv, true, table[j / bs], j % bs, kvh, cnt, wide_scratch), cnt,
+                     nullptr, scores + (j - lo_u), span);
         j += cnt;
       }
-      for (int64_t j = lo; j <= p; ++j) {
-        const float sc = scores[j - lo] * scale;
-        scores[j - lo] = sc;
-        mx = std::max(mx, sc);
+      // Each row's softmax over its own span, in place.
+      float* sc[kAttentionUnitRows];
+      float* o[kAttentionUnitRows];
+      int64_t lo_r[kAttentionUnitRows], p_r[kAttentionUnitRows];
+      float inv[kAttentionUnitRows];
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = idx[i] / num_heads;
+        p_r[i] = batch.positions[t];
+        lo_r[i] = lo_of(p_r[i]);
+        sc[i] = scores + i * span + (lo_r[i] - lo_u);  // this row's scores, from position lo_r[i]
+        o[i] = out + static_cast<int64_t>(idx[i]) * hd;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= p_r[i] - lo_r[i]; ++j) {
+          sc[i][j] *= scale;
+          mx = std::max(mx, sc[i][j]);
+        }
+        vec::exp_shifted(sc[i], p_r[i] - lo_r[i] + 1, mx);
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= p_r[i] - lo_r[i]; ++j) sum += sc[i][j];
+        inv[i] = 1.0f / sum;
+        std::memset(o[i], 0, static_cast<size_t>(hd) * sizeof(float));
       }
-      vec::exp_shifted(scores, p - lo + 1, mx);
-      float sum = 0.0f;
-      for (int64_t j = lo; j <= p; ++j) sum += scores[j - lo];
-      std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
-      for (int64_t j = lo; j <= p;) {  // per run of contiguous V rows
-        const int64_t cnt = std::min<int64_t>({bs - j % bs, p + 1 - j, run_cap});
-        axpy_rows(scores + (j - lo), cnt, kv_rows(kv, false, table[j / bs], j % bs, kvh, cnt, wide_scratch), hd,
-                  o, hd);
+      // P V a run of V rows at a time, read (and widened) once for the unit: the rows that take all
+      // of a run together, the others their part of it; every row's sums in position order.
+      for (int64_t j = lo_u; j <= p_u;) {
+        const int64_t cnt = std::min<int64_t>({bs - j % bs, p_u + 1 - j, run_cap});
+        const float* vr = kv_rows(kv, false, table[j / bs], j % bs, kvh, cnt, wide_scratch);
+        const float* a_all[kAttentionUnitRows];
+        float* y_all[kAttentionUnitRows];
+        int m = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t j0 = std::max(j, lo_r[i]), j1 = std::min(j + cnt - 1, p_r[i]);
+          if (j0 > j1) continue;
+          if (j0 == j && j1 == j + cnt - 1) {
+            a_all[m] = sc[i] + (j - lo_r[i]);
+            y_all[m++] = o[i];
+          } else {
+            axpy_rows(sc[i] + (j0 - lo_r[i]), j1 - j0 + 1, vr + (j0 - j) * hd, hd, o[i], hd);
+          }
+        }
+        if (m > 0) vec::axpy_rows_multi(a_all, m, cnt, vr, hd, y_all, hd);
         j += cnt;
       }
-      const float inv = 1.0f / sum;
-      for (int d = 0; d < hd; ++d) o[d] *= inv;
+      for (int64_t i = 0; i < n; ++i)
+        for (int d = 0; d < hd; ++d) o[i][d] *= inv[i];
     }
   });
 }

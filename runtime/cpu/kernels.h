@@ -257,6 +257,9 @@ void rope_kv_store(const float* qkv, int64_t rows, int num_heads, const int32_t*
                    const float* inv_freq, bool interleaved, const int64_t* slots, const KvLayer& kv,
                    float* q, ThreadPool& pool);
 
+/// (token, head) rows of one sequence and kv head that paged_attention scores together, at most.
+inline constexpr int64_t kAttentionUnitRows = 12;
+
 /// What attention needs to know about the batch (validated by the executor).
 struct AttentionBatch {
   const int32_t* positions = nullptr;     // [rows]
@@ -270,7 +273,9 @@ struct AttentionBatch {
 /// bits of an f32 cache holding the dequantized / rounded values): row t of sequence s at position p attends to positions
 /// max(0, p - window + 1) .. p (window 0 = all), head h reads kv head h / (num_heads / kv heads).
 /// q and out are [rows, num_heads * head_dim]. scratch holds pool.num_threads() * scratch_stride
-/// floats with scratch_stride >= the longest attended span.
+/// floats with scratch_stride >= the longest attended span; with R (longest + R - 1) floats it
+/// scores up to R <= kAttentionUnitRows (token, head) rows of a sequence and a kv head together (the
+/// same numbers: each score a dot product in linear_range's order).
 void paged_attention(const float* q, int64_t rows, const AttentionBatch& batch, const KvLayer& kv,
                      int num_heads, float scale, int sliding_window, float* out, float* scratch,
                      int64_t scratch_stride, ThreadPool& pool);

@@ -100,6 +100,40 @@ int64_t AxpyRows(const float* a, int64_t count, const float* x, int64_t x_stride
   return nv_all * N;
 }
 
+// Rows r < rows of y, each its own axpy_rows over the same x rows: each x vector loaded once for
+// up to 3 of them (3 x 4 accumulators and 4 x vectors stay in registers), every y element's
+// fmas in j order as axpy_rows does them.
+int64_t AxpyRowsMulti(const float* const* a, int rows, int64_t count, const float* x, int64_t x_stride,
+                      float* const* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t nv_all = n / N;
+  for (int64_t v0 = 0; v0 < nv_all; v0 += 4) {
+    const int nv = static_cast<int>(std::min<int64_t>(4, nv_all - v0));
+    for (int r0 = 0; r0 < rows; r0 += 3) {
+      const int rr = std::min(3, rows - r0);
+      V acc[3][4];
+      for (int r = 0; r < 3; ++r)
+        for (int i = 0; i < 4; ++i) acc[r][i] = hn::Zero(d);
+      for (int r = 0; r < rr; ++r)
+        for (int i = 0; i < nv; ++i) acc[r][i] = hn::LoadU(d, y[r0 + r] + (v0 + i) * N);
+      for (int64_t j = 0; j < count; ++j) {
+        const float* xj = x + j * x_stride + v0 * N;
+        V xv[4];
+        for (int i = 0; i < 4; ++i) xv[i] = i < nv ? hn::LoadU(d, xj + i * N) : hn::Zero(d);
+        for (int r = 0; r < rr; ++r) {
+          const auto av = hn::Set(d, a[r0 + r][j]);
+          for (int i = 0; i < nv; ++i) acc[r][i] = hn::MulAdd(av, xv[i], acc[r][i]);
+        }
+      }
+      for (int r = 0; r < rr; ++r)
+        for (int i = 0; i < nv; ++i) hn::StoreU(acc[r][i], d, y[r0 + r] + (v0 + i) * N);
+    }
+  }
+  return nv_all * N;
+}
+
 int64_t Add(const float* a, const float* b, float* c, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -271,6 +305,13 @@ void axpy(float a, const float* x, float* y, int64_t n) {
 void axpy_rows(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n) {
   const int64_t i = LLMRT_VEC_DISPATCH(AxpyRows, a, count, x, x_stride, y, n);
   for (int64_t j = 0; j < count; ++j) axpy_scalar(a[j], x + j * x_stride + i, y + i, n - i);
+}
+
+void axpy_rows_multi(const float* const* a, int rows, int64_t count, const float* x, int64_t x_stride,
+                     float* const* y, int64_t n) {
+  const int64_t i = LLMRT_VEC_DISPATCH(AxpyRowsMulti, a, rows, count, x, x_stride, y, n);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < count; ++j) axpy_scalar(a[r][j], x + j * x_stride + i, y[r] + i, n - i);
 }
 
 void add(const float* a, const float* b, float* c, int64_t n) {

@@ -22,6 +22,10 @@ void exp_shifted(float* x, int64_t n, float m);
 void axpy(float a, const float* x, float* y, int64_t n);
 /// For j in 0..count-1 in order: y[i] = fma(a[j], x[j * x_stride + i], y[i]).
 void axpy_rows(const float* a, int64_t count, const float* x, int64_t x_stride, float* y, int64_t n);
+/// For each r < rows: axpy_rows(a[r], count, x, x_stride, y[r], n), the same bits; each x row read
+/// once for several r.
+void axpy_rows_multi(const float* const* a, int rows, int64_t count, const float* x, int64_t x_stride,
+                     float* const* y, int64_t n);
 /// c[i] = a[i] + b[i].
 void add(const float* a, const float* b, float* c, int64_t n);
 /// y[i] = (x[i] * s) * w[i].

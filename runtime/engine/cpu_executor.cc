@@ -278,7 +278,7 @@ Status CpuExecutor::init(const Plan& plan, const CpuExecutorOptions& opt) {
   po.threads = opt.threads;
   po.pin = opt.pin_threads;
   pool_ = std::make_unique<ThreadPool>(po);
-  attn_scratch_.assign(static_cast<size_t>(pool_->num_threads()) * max_model_len_, 0.0f);
+  attn_scratch_.assign(static_cast<size_t>(pool_->num_threads()) * attn_stride(), 0.0f);
   seq_of_row_.assign(max_tokens_, -1);
   return ok_status();
 }
@@ -924,7 +924,7 @@ Status CpuExecutor::forward(const BatchInput& b, float* logits) {
         ab.block_tables = b.block_tables.data();
         ab.max_blocks_per_seq = b.max_blocks_per_seq;
         cpu::paged_attention(P(st.in[0]), T, ab, kv_layer(st.layer), st.num_heads, st.scale,
-                             st.window, P(st.out[0]), attn_scratch_.data(), max_model_len_, pool);
+                             st.window, P(st.out[0]), attn_scratch_.data(), attn_stride(), pool);
         break;
       }
       case fb::OpKind::SiluMul:
@@ -983,6 +983,10 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
     }
   }
   return ok_status();
+}
+
+int64_t CpuExecutor::attn_stride() const {
+  return cpu::kAttentionUnitRows * (int64_t{max_model_len_} + cpu::kAttentionUnitRows);
 }
 
 }  // namespace llmrt

@@ -165,6 +165,16 @@ TEST(VectorOps, EverySimdLevelGivesTheScalarBits) {
          cpu::vec::axpy_rows(a.data(), count, x.data(), stride, y.data(), n);
          return y;
        }},
+      {"axpy_rows_multi", [](int64_t n) {  // 7 rows (groups of 3, 3, 1), each as axpy_rows (below)
+         const int rows = 7;
+         const int64_t count = 5, stride = n + 3;
+         auto a = random_vec(rows * count, 16), x = random_vec(count * stride, 17), y = random_vec(rows * n, 18);
+         const float* ap[rows];
+         float* yp[rows];
+         for (int r = 0; r < rows; ++r) ap[r] = a.data() + r * count, yp[r] = y.data() + r * n;
+         cpu::vec::axpy_rows_multi(ap, rows, count, x.data(), stride, yp, n);
+         return y;
+       }},
       {"add", [](int64_t n) {
          auto a = random_vec(n, 9), b = random_vec(n, 10);
          std::vector<float> c(n);
@@ -204,6 +214,24 @@ TEST(VectorOps, EverySimdLevelGivesTheScalarBits) {
         set_active_isa(isa);
         EXPECT_TRUE(bit_equal(fn(n), want)) << name << " n=" << n << " " << isa_name(isa);
       }
+    }
+  }
+  // axpy_rows_multi is axpy_rows per row, bit for bit, at every level.
+  for (CpuIsa isa : levels) {
+    set_active_isa(isa);
+    for (int64_t n : {8, 64, 129}) {
+      const int rows = 5;
+      const int64_t count = 9;
+      auto a = random_vec(rows * count, 19), x = random_vec(count * n, 20), y = random_vec(rows * n, 21);
+      std::vector<float> want = y;
+      const float* ap[rows];
+      float* yp[rows];
+      for (int r = 0; r < rows; ++r) {
+        ap[r] = a.data() + r * count, yp[r] = y.data() + r * n;
+        cpu::vec::axpy_rows(ap[r], count, x.data(), n, want.data() + r * n, n);
+      }
+      cpu::vec::axpy_rows_multi(ap, rows, count, x.data(), n, yp, n);
+      EXPECT_TRUE(bit_equal(y, want)) << "axpy_rows_multi n=" << n << " " << isa_name(isa);
     }
   }
   // The scalar twins state the kernels: spot-check them against their formulas.
@@ -742,6 +770,16 @@ TEST(PagedAttention, GqaAndSlidingWindowMatchNaive) {
     cpu::paged_attention(qv.data(), T, ab, s.layer(), s.H, scale, window, outs.data(), scratch.data(), 16, pool);
     set_active_isa(detected_isa());
     EXPECT_TRUE(bit_equal(out, outs)) << "scalar and SIMD attention differ";
+    // A scratch with room for units of several (token, head) rows scored together (3 rows, then
+    // up to 12: the GQA pair's heads over 1 or 6 tokens of a sequence) gives the bits of one row
+    // at a time (stride 16), on 1 and 3 threads.
+    for (const int64_t stride : {int64_t{33}, int64_t{12 * (16 + 12)}}) {
+      std::vector<float> wide(3 * stride), outw(T * qw, 7.0f);
+      for (ThreadPool* p : {&pool, &one}) {
+        cpu::paged_attention(qv.data(), T, ab, s.layer(), s.H, scale, window, outw.data(), wide.data(), stride, *p);
+        EXPECT_TRUE(bit_equal(out, outw)) << "stride " << stride << ", " << p->num_threads() << " threads";
+      }
+    }
   }
 }
 
