@@ -986,7 +986,10 @@ Status CpuExecutor::copy_kv_block(int32_t src, int32_t dst) {
 }
 
 int64_t CpuExecutor::attn_stride() const {
-  return cpu::kAttentionUnitRows * (int64_t{max_model_len_} + cpu::kAttentionUnitRows);
+  // Units of 12 rows up to spans of 8192 (384 KiB a thread); longer spans take fewer rows a unit
+  // (paged_attention fits them to the scratch), down to one row of the longest.
+  const int64_t rows = cpu::kAttentionUnitRows, longest = max_model_len_;
+  return std::max(longest, std::min(rows * (longest + rows), rows * (8192 + rows)));
 }
 
 }  // namespace llmrt

@@ -110,7 +110,7 @@ class CpuExecutor : public Executor {
   fb::DType kv_dtype_ = fb::DType::F32;  // F32, BF16, F16, F8E4M3 or I8
   bool kv_i8() const { return kv_dtype_ == fb::DType::I8; }
   std::vector<float> attn_scratch_;    // [threads][attn_stride()]
-  // Per thread: the scores of cpu::kAttentionUnitRows rows at the longest span (and its slack).
+  // Per thread: the scores of cpu::kAttentionUnitRows rows (fewer past spans of 8192).
   int64_t attn_stride() const;
   std::vector<int32_t> seq_of_row_;    // [max_tokens]
   uint8_t contract_ = 0;               // cpu::CpuContract

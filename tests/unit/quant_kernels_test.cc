@@ -451,15 +451,27 @@ TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
   }
 }
 
+// The fast contract's int8 activations of x (codes, block scales, scaled and integer sums).
+struct QuantizedActs {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  std::vector<int32_t> sums;
+};
+QuantizedActs quantize_acts(const std::vector<float>& x) {
+  const size_t blocks = x.size() / 32;
+  QuantizedActs a{std::vector<int8_t>(x.size()), std::vector<float>(blocks), std::vector<float>(blocks),
+                  std::vector<int32_t>(blocks)};
+  cpu::quantize_activations_scalar(x.data(), static_cast<int64_t>(x.size()), a.q.data(), a.d.data(), a.s.data(),
+                                   a.sums.data());
+  return a;
+}
+
 TEST(QuantLinear, FastContractScalarFollowsItsDefinition) {
   // dot_q_fast_scalar against the statement in kernels.h, written out again over the row
   // layout's codes: exact block sums, fma per block, plus the min term.
   Case c = make_case("int4-g64-f16-min", 3, 128, 4);
   std::vector<float> x = random_vec(128, 8);
-  std::vector<int8_t> q(128);
-  std::vector<float> d(4), s(4);
-  std::vector<int32_t> sums(4);
-  cpu::quantize_activations_scalar(x.data(), 128, q.data(), d.data(), s.data(), sums.data());
+  auto [q, d, s, sums] = quantize_acts(x);
   for (int b = 0; b < 4; ++b) {
     float amax = 0;
     int sum = 0;
@@ -495,11 +507,7 @@ TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
   // Groups of 16: each activation block's integer sum taken per half, with that half's scale,
   // halves in element order (kernels.h), written out again over the row layout.
   Case c = make_case("int8-g16-f32-sym", 3, 96, 14);
-  std::vector<float> x = random_vec(96, 15);
-  std::vector<int8_t> q(96);
-  std::vector<float> d(3), s(3);
-  std::vector<int32_t> sums(3);
-  cpu::quantize_activations_scalar(x.data(), 96, q.data(), d.data(), s.data(), sums.data());
+  auto [q, d, s, sums] = quantize_acts(random_vec(96, 15));
   const int64_t rb = *quant::row_bytes(c.f, 96);
   for (int64_t r = 0; r < 3; ++r) {
     float acc = 0;
