@@ -169,8 +169,13 @@ constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes +
 // and a lane reads only what it copied itself. Else each stage holds its span's scales after the
 // codes, copied by some of the lanes.
 constexpr int kSpansPerWarp = (kSpans + kWarps - 1) / kWarps;
-constexpr bool kItemScales = kSpansPerWarp * kSpanScaleBytes <= 2048;
 constexpr int kStageScalesAt = 32 * 4 * kW;
+// The SiLU-mul epilogue's block holds 8 warps' stages, item scales and partial sums in its 48 KiB
+// of static shared memory: int8 codes with 2 KiB of item scales a warp (Q8_0-like int8-g32-f16
+// over Llama-3-8B's K of 4096) would take 49 KiB, so there the scales go with each span.
+constexpr bool kItemScales = kSpansPerWarp * kSpanScaleBytes <= 2048 &&
+                             (kSiluInter == 0 || 8 * (kStages * kStageScalesAt + kSpansPerWarp * kSpanScaleBytes) +
+                                                         8 * 8 * kTokens * 4 <= 48 * 1024);
 constexpr int kStageBytes = kItemScales ? kStageScalesAt : kStageScalesAt + kSpanScaleBytes;
 struct alignas(16) Stage {
   unsigned char b[kStageBytes];

@@ -132,7 +132,9 @@ std::vector<KernelSpec> allFamilies() {
     gateUp.siluInter = 14336;
     add(llmc::emitLinearKernel(gateUp));
   }
-  for (const char *weight : {"int4-g32-f16-min", "bf16"}) { // (bf16: a warp per column of h)
+  // (bf16: a warp per column of h; int8 codes of GGUF's Q8_0 and Q6_K: a block of 8 warps' stages
+  // within the 48 KiB of static shared memory, the Q8_0 one with its scales staged per span)
+  for (const char *weight : {"int4-g32-f16-min", "bf16", "int8-g32-f16-sym", "int8-g16-f32-sym"}) {
     llmc::LinearParams gateUp{28672, 4096, weight, false, false, false, weight[0] == 'i'};
     gateUp.siluInter = 14336;
     add(llmc::emitLinearKernel(gateUp));
@@ -404,10 +406,12 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       // load or store in the 1- to 4-token span loops of g128 kernels; where a warp's scales are
       // staged with each span, g32 over a whole 4096-wide K, one or two per 4 spans), 8 to 104
       // bytes (stores + loads; 104: the SiLU-mul epilogue's int4-g32 gate|up on sm_90) at the 64
-      // registers LinearKernel.cpp sets.
+      // registers LinearKernel.cpp sets. Groups of 16 (Q6_K: two scales and four dp4a a sub-block)
+      // up to 192 (the SiLU-mul epilogue's gate|up: 2 to 5 local accesses per 4-span iteration of
+      // 670-1090 instructions, nvdisasm on sm_90).
       const bool gemv = (spec.family == "linear" || spec.family == "logits") &&
                         contains(spec.entry, "_mma8_") && !contains(spec.entry, "_tc_");
-      EXPECT_LE(image.resources.spillBytes, gemv ? 112u : 0u);
+      EXPECT_LE(image.resources.spillBytes, !gemv ? 0u : contains(spec.entry, "_g16_") ? 192u : 112u);
       // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, else unsigned.
       if (contains(spec.entry, "_q8a_"))
         EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_") && contains(spec.entry, "_sym_") ? "dp4a.s32.s32"
