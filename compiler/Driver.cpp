@@ -270,8 +270,7 @@ llmrt::Status compile(const CompileOptions &opts) {
     uint64_t fileBytes = 0, planBytes = 0;
     int widened = 0;
     for (const SourceTensor &t : model.tensors->tensors()) {
-      if (t.dtype != SourceDType::Q5_0 && t.dtype != SourceDType::Q5_1 && t.dtype != SourceDType::Q4_K &&
-          t.dtype != SourceDType::Q5_K && t.dtype != SourceDType::Q6_K)
+      if (!widenedBlocks(t.dtype))
         continue;
       auto format = model.tensors->nativeFormat(t.name);
       if (!format || t.shape.size() != 2)

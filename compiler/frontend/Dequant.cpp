@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
 
 static_assert(std::endian::native == std::endian::little,
               "the checkpoint readers assume a little-endian host");
@@ -180,9 +179,18 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   }
 }
 
+bool widenedBlocks(SourceDType type) {
+  return type == SourceDType::Q5_0 || type == SourceDType::Q5_1 || type == SourceDType::Q4_K ||
+         type == SourceDType::Q5_K || type == SourceDType::Q6_K;
+}
+
 namespace {
 
 void storeF32(uint8_t *p, float v) { std::memcpy(p, &v, 4); }
+
+// The held bytes of one block at most: Q5_K's and Q6_K's 256 elements, 8 groups of 40 bytes or
+// 16 of 20.
+constexpr size_t kMaxHeldBlockBytes = 320;
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
 // (j < 4: the low 6 bits of bytes j and j + 4; else 4 bits from byte j + 4
@@ -226,8 +234,7 @@ uint8_t *kGroups(const uint8_t *block, int bits, Codes &&codes, uint8_t *out) {
 void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
                   uint8_t *out) {
   const int64_t bb = blockBytes(type);
-  if (type == SourceDType::Q8_0 || type == SourceDType::Q4_0 ||
-      type == SourceDType::Q4_1) { // our g32 groups bit for bit
+  if (!widenedBlocks(type)) { // Q8_0, Q4_0, Q4_1: our g32 groups bit for bit
     std::memcpy(out, blocks, static_cast<size_t>(numBlocks * bb));
     return;
   }
@@ -335,10 +342,10 @@ llmrt::Status dequantize(SourceDType type, const uint8_t *src, size_t srcBytes,
     // Through the exact held format, a block at a time (its values are ggml's).
     const llmrt::quant::Format f = *heldFormat(type);
     const int64_t be = blockElements(type);
-    std::vector<uint8_t> groups(static_cast<size_t>(*llmrt::quant::row_bytes(f, be)));
+    uint8_t groups[kMaxHeldBlockBytes];
     for (int64_t b = 0; b < blocks; ++b) {
-      repackBlocks(type, src + b * blockBytes(type), 1, groups.data());
-      llmrt::quant::dequantize_row(f, groups.data(), be, out + b * be);
+      repackBlocks(type, src + b * blockBytes(type), 1, groups);
+      llmrt::quant::dequantize_row(f, groups, be, out + b * be);
     }
     break;
   }

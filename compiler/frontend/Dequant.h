@@ -61,6 +61,8 @@ void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out);
 /// exactly (above): Q8_0 / Q4_0 / Q4_1 bit for bit, the others widened;
 /// nullopt for float types.
 std::optional<llmrt::quant::Format> heldFormat(SourceDType type);
+/// Whether heldFormat(type) is wider than the file's blocks (Q5_0, Q5_1 and the k-quants).
+bool widenedBlocks(SourceDType type);
 /// Writes `numBlocks` consecutive blocks of `type` (a row's worth) as
 /// heldFormat(type)'s groups: row_bytes(format, numBlocks * blockElements).
 void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,

@@ -426,8 +426,8 @@ def cmd_all(args):
                cpu_model=cpu_model(), load_average_at_start=load, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), models=[],
                note="llmrt keeps the GGUF's quantized blocks (Q5_0 ... Q6_K widened); plans use the fast "
                     "contract (int8 activations)")
-    default_model = args.model == ap_default_model()
-    label = "SmolLM2-135M Q4_1" if default_model else os.path.splitext(os.path.basename(args.model))[0][:24]
+    label = ("SmolLM2-135M Q4_1" if args.model == default_model()
+             else os.path.splitext(os.path.basename(args.model))[0][:24])
     res["models"].append(compare_model(args, label, args.model, work))
     if args.with_1b:
         big = args.model_1b or os.path.join(work, "llama-3.2-1b-shaped-random.Q4_1.gguf")
@@ -459,7 +459,7 @@ def cmd_all(args):
     print_report(res, args)
 
 
-def ap_default_model():
+def default_model():
     return os.path.join(ROOT, ".cache", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
@@ -483,7 +483,7 @@ def main():
 
     a = sub.add_parser("all", help="the whole comparison")
     a.add_argument("--build", default=os.path.join(ROOT, "build"), help="build dir holding tools/llmc and tools/llmrt")
-    a.add_argument("--model", default=ap_default_model())
+    a.add_argument("--model", default=default_model())
     a.add_argument("--with-1b", action="store_true", help="also the Llama-3.2-1B-shaped random Q4_1 model")
     a.add_argument("--model-1b", help="path of the 1B GGUF (default: in the work dir; written there when absent)")
     a.add_argument("--threads", type=positive, default=2)

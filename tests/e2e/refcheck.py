@@ -53,3 +53,18 @@ def greedy_check(ours, ref, margins, max_abs, rel_tol, factor):
                            f"{threshold:.3g}; ours {ours[:k + 1]}, reference {ref[:k + 1]}")
             return k, None
     return len(ref), None
+
+
+def log_softmax(x):
+    """Row-wise log-softmax in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+
+
+def kl_top1(base, other):
+    """Mean KL(P_base || P_other) over rows, and the fraction of rows with the same top-1."""
+    lp, lq = log_softmax(base), log_softmax(other)
+    kl = (np.exp(lp) * (lp - lq)).sum(axis=1)
+    top1 = (np.argmax(base, axis=1) == np.argmax(other, axis=1)).mean()
+    return float(kl.mean()), float(top1)

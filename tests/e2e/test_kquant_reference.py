@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, load_f32_npy, parse_json_stdout, prompt_args, run_cmd
+from refcheck import kl_top1
 
 FIX = FIXTURES / "kquant"
 FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf"]
@@ -35,11 +36,6 @@ FAST_TOP1 = 0.9
 def load_ref():
     with open(FIX / "reference.json") as f:
         return json.load(f)
-
-
-def log_softmax(x):
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
 def test_fixture_is_consistent():
@@ -86,9 +82,7 @@ def test_fast_contract_is_close_to_llama_cpp_on_the_quantized_file(name, llmrt, 
     expected = np.load(FIX / name.replace(".gguf", ".quant.npy"))
     for i, seq in enumerate(ref["sequences"]):
         ours = run_logits(llmrt, plan, seq, tmp_path, f"llmrt run {name} sequence {i}")
-        p, q = log_softmax(expected[i].astype(np.float64)), log_softmax(ours.astype(np.float64))
-        kl = float((np.exp(p) * (p - q)).sum(axis=1).mean())
-        top1 = float(np.mean(ours.argmax(axis=1) == expected[i].argmax(axis=1)))
+        kl, top1 = kl_top1(expected[i], ours)
         print(f"{name} sequence {i}: mean KL {kl:.2e}, top-1 agreement {top1:.2f}")
         assert 0.0 < kl <= FAST_KL, f"{name} sequence {i}: mean KL {kl:.3e} against llama.cpp"
         assert top1 >= FAST_TOP1, f"{name} sequence {i}: top-1 agreement {top1:.2f}"

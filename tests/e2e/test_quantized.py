@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, load_f32_npy, prompt_args, run_cmd
+from refcheck import kl_top1
 
 FIX = FIXTURES / "smollm2_llamacpp"
 VOCAB = 49152
@@ -72,19 +73,6 @@ def logits_of(llmrt, plan, ids, tmp_path, tag, *extra):
     run_cmd([llmrt, "run", plan, *prompt_args([ids]), "--all-logits-out", out, "--max-tokens", "0", *extra],
             f"llmrt run {tag}")
     return load_f32_npy(out, (len(ids), VOCAB), f"llmrt run {tag}")
-
-
-def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max(axis=1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
-
-
-def kl_top1(base, other):
-    lp, lq = log_softmax(base), log_softmax(other)
-    kl = (np.exp(lp) * (lp - lq)).sum(axis=1)
-    top1 = (base.argmax(axis=1) == other.argmax(axis=1)).mean()
-    return float(kl.mean()), float(top1)
 
 
 def test_reference_contract_equals_float_plan(llmrt, plans, tmp_path):

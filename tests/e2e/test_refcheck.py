@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from refcheck import greedy_check, logits_errors, safe_prefix
+from refcheck import greedy_check, kl_top1, logits_errors, safe_prefix
 
 
 def test_logits_within_tolerance_pass():
@@ -63,3 +63,12 @@ def test_greedy_too_short_fails():
 def test_safe_prefix():
     assert safe_prefix([1, 1, 1e-3, 1], [5, 5, 5, 5], 1e-4, 10) == 2
     assert safe_prefix([1, 1], [5, 5], 1e-4, 10) == 2
+
+
+def test_kl_top1_is_zero_for_equal_rows_and_the_textbook_value_otherwise():
+    a = np.array([[0.0, np.log(3.0)], [5.0, 1.0]])
+    assert kl_top1(a, a) == (0.0, 1.0)
+    b = np.array([[np.log(3.0), 0.0], [5.0, 1.0]])  # row 0: P = (1/4, 3/4) against Q = (3/4, 1/4)
+    kl, top1 = kl_top1(a, b)
+    want = (0.25 * np.log(0.25 / 0.75) + 0.75 * np.log(0.75 / 0.25)) / 2
+    assert abs(kl - want) < 1e-12 and top1 == 0.5

@@ -204,8 +204,14 @@ TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
       {SourceDType::Q4_1, "int4-g32-f16-min"}, {SourceDType::Q5_0, "int8-g32-f16-zp"},
       {SourceDType::Q5_1, "int8-g32-f16-min"}, {SourceDType::Q4_K, "int4-g32-f32-min"},
       {SourceDType::Q5_K, "int8-g32-f32-min"}, {SourceDType::Q6_K, "int8-g16-f32-sym"}};
-  for (const auto &[type, name] : held)
+  for (const auto &[type, name] : held) {
     EXPECT_EQ(llmrt::quant::format_name(*heldFormat(type)), name) << sourceDTypeName(type);
+    // Widened exactly where the held block is larger than the file's (Dequant.cpp's stack buffer
+    // takes 320 bytes: Q5_K's and Q6_K's).
+    const int64_t heldBytes = *llmrt::quant::row_bytes(*heldFormat(type), blockElements(type));
+    EXPECT_EQ(widenedBlocks(type), heldBytes > blockBytes(type)) << sourceDTypeName(type);
+    EXPECT_LE(heldBytes, 320) << sourceDTypeName(type);
+  }
   EXPECT_FALSE(heldFormat(SourceDType::F16).has_value());
 }
 
