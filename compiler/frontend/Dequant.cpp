@@ -62,10 +62,13 @@ int64_t blockElements(SourceDType type) {
   case SourceDType::Q4_1:
   case SourceDType::Q5_0:
   case SourceDType::Q5_1:
+  case SourceDType::IQ4_NL:
     return 32;
+  case SourceDType::Q3_K:
   case SourceDType::Q4_K:
   case SourceDType::Q5_K:
   case SourceDType::Q6_K:
+  case SourceDType::IQ4_XS:
     return 256;
   case SourceDType::Packed:
     return 1;
@@ -96,6 +99,12 @@ int64_t blockBytes(SourceDType type) {
     return 176;
   case SourceDType::Q6_K:
     return 210;
+  case SourceDType::Q3_K:
+    return 110;
+  case SourceDType::IQ4_NL:
+    return 18;
+  case SourceDType::IQ4_XS:
+    return 136;
   case SourceDType::Packed:
     return -1;
   }
@@ -175,21 +184,35 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q4_K: return fmt(4, 32, ScaleType::kF32, Offset::kMin);
   case SourceDType::Q5_K: return fmt(8, 32, ScaleType::kF32, Offset::kMin);
   case SourceDType::Q6_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
+  case SourceDType::Q3_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
+  case SourceDType::IQ4_NL: return fmt(8, 32, ScaleType::kF16, Offset::kSym);
+  case SourceDType::IQ4_XS: return fmt(8, 32, ScaleType::kF32, Offset::kSym);
   default: return std::nullopt;
   }
 }
 
 bool widenedBlocks(SourceDType type) {
-  return type == SourceDType::Q5_0 || type == SourceDType::Q5_1 || type == SourceDType::Q4_K ||
-         type == SourceDType::Q5_K || type == SourceDType::Q6_K;
+  switch (type) {
+  case SourceDType::Q5_0:
+  case SourceDType::Q5_1:
+  case SourceDType::Q3_K:
+  case SourceDType::Q4_K:
+  case SourceDType::Q5_K:
+  case SourceDType::Q6_K:
+  case SourceDType::IQ4_NL:
+  case SourceDType::IQ4_XS:
+    return true;
+  default:
+    return false;
+  }
 }
 
 namespace {
 
 void storeF32(uint8_t *p, float v) { std::memcpy(p, &v, 4); }
 
-// The held bytes of one block at most: Q5_K's and Q6_K's 256 elements, 8 groups of 40 bytes or
-// 16 of 20.
+// The held bytes of one block at most: Q5_K's, Q3_K's and Q6_K's 256 elements, 8 groups of 40
+// bytes or 16 of 20 (IQ4_XS: 8 of 36).
 constexpr size_t kMaxHeldBlockBytes = 320;
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
@@ -227,6 +250,26 @@ uint8_t *kGroups(const uint8_t *block, int bits, Codes &&codes, uint8_t *out) {
     }
   }
   return out;
+}
+
+// The 16 values of IQ4_NL / IQ4_XS codes (ggml's non-linear 4-bit grid, kvalues_iq4nl: public
+// constants of the format), each an int8.
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+// 16 codes (byte j: element j in its low nibble, j + 16 in its high one) as their int8 values.
+void iq4Codes(const uint8_t *qs, uint8_t *out) {
+  for (int j = 0; j < 16; ++j) {
+    out[j] = static_cast<uint8_t>(kIq4Values[qs[j] & 0x0F]);
+    out[j + 16] = static_cast<uint8_t>(kIq4Values[qs[j] >> 4]);
+  }
+}
+
+// Q3_K: the 6-bit scale of sub-block s (0..15) from the 12 packed bytes: its low 4 bits are the
+// low (s < 8) or high nibble of byte s % 8, its top 2 bits are bits 2 (s / 4) of byte 8 + s % 4.
+int q3Scale(int s, const uint8_t *b) {
+  const int low = s < 8 ? b[s] & 0x0F : b[s - 8] >> 4;
+  return low | ((b[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
 }
 
 } // namespace
@@ -295,6 +338,44 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
       }
       break;
     }
+    case SourceDType::Q3_K: {
+      // { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }: element e = 128 h + 32 j + l has
+      // the 2 bits (qs[32 h + l] >> 2 j) & 3, minus 4 unless bit 4 h + j of hmask[l] is set,
+      // and the scale d * (sc - 32) of sub-block e / 16.
+      const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
+      const float d = halfToFloat(loadU16(blk + 108));
+      for (int g = 0; g < 16; ++g) {
+        storeF32(out, d * static_cast<float>(q3Scale(g, scales) - 32));
+        out += 4;
+        for (int i = 0; i < 16; ++i) {
+          const int e = 16 * g + i, h = e / 128, j = e % 128 / 32, l = e % 32;
+          const int q = (qs[32 * h + l] >> (2 * j)) & 3;
+          const bool high = (hmask[l] >> (4 * h + j)) & 1;
+          out[i] = static_cast<uint8_t>(static_cast<int8_t>(q - (high ? 0 : 4)));
+        }
+        out += 16;
+      }
+      break;
+    }
+    case SourceDType::IQ4_NL: // { f16 d; u8 qs[16]; }: y = d * value(q)
+      std::memcpy(out, blk, 2);
+      iq4Codes(blk + 2, out + 2);
+      out += 34;
+      break;
+    case SourceDType::IQ4_XS: {
+      // { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }: sub-block s of 32 has the 6-bit
+      // scale ls = nibble s % 2 of scales_l[s / 2] | bits 2 s of scales_h << 4, y = d * (ls - 32)
+      // * value(q), its codes in qs[16 s ..] as in IQ4_NL.
+      const float d = halfToFloat(loadU16(blk));
+      const uint16_t high = loadU16(blk + 2);
+      for (int s = 0; s < 8; ++s) {
+        const int ls = ((blk[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | ((high >> (2 * s)) & 3) << 4;
+        storeF32(out, d * static_cast<float>(ls - 32));
+        iq4Codes(blk + 8 + 16 * s, out + 4);
+        out += 36;
+      }
+      break;
+    }
     default:
       break;
     }
@@ -338,7 +419,10 @@ llmrt::Status dequantize(SourceDType type, const uint8_t *src, size_t srcBytes,
   case SourceDType::Q5_1:
   case SourceDType::Q4_K:
   case SourceDType::Q5_K:
-  case SourceDType::Q6_K: {
+  case SourceDType::Q6_K:
+  case SourceDType::Q3_K:
+  case SourceDType::IQ4_NL:
+  case SourceDType::IQ4_XS: {
     // Through the exact held format, a block at a time (its values are ggml's).
     const llmrt::quant::Format f = *heldFormat(type);
     const int64_t be = blockElements(type);

@@ -24,6 +24,18 @@
 //   Q6_K: { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; } 210 bytes / 256:
 //         16 sub-blocks of 16, y = (d * sc) * (q - 32), q 6-bit
 //                                      -> int8-g16-f32-sym  320 bytes / 256
+//   Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; } 110 bytes / 256:
+//         16 sub-blocks of 16, y = (d * (sc - 32)) * q, q = 2 bits of qs minus
+//         4 where hmask's bit is clear (-4..3), sc 6-bit
+//                                      -> int8-g16-f32-sym  320 bytes / 256
+//   IQ4_NL: { f16 d; u8 qs[16]; } 18 bytes / 32, y = d * v[q], v ggml's
+//         16 non-linear int8 values (kvalues_iq4nl), nibbles as Q4_0
+//                                      -> int8-g32-f16-sym   34 bytes / 32
+//   IQ4_XS: { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; } 136 / 256:
+//         8 sub-blocks of 32, y = (d * (ls - 32)) * v[q], ls 6-bit
+//                                      -> int8-g32-f32-sym  288 bytes / 256
+// (Q2_K, whose 16-element sub-blocks have a min, and the grid-coded IQ1 /
+// IQ2 / IQ3 types have no exact held format and are refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
 // is the one ggml's dequantization computes.
 //
@@ -43,9 +55,9 @@ namespace llmc {
 float halfToFloat(uint16_t bits);
 float bf16ToFloat(uint16_t bits);
 
-/// Elements per block (1 for F32/F16/BF16, 32 for the Q formats).
+/// Elements per block (1 for F32/F16/BF16, 32 or 256 for the ggml block types).
 int64_t blockElements(SourceDType type);
-/// Bytes per block (4, 2, 2, 34, 18, 20).
+/// Bytes per block (4 for F32, ggml's block size for the block types).
 int64_t blockBytes(SourceDType type);
 /// Bytes that `numElements` elements of `type` occupy, or -1 when
 /// numElements is negative, not a multiple of the block size, or overflows.
@@ -61,7 +73,7 @@ void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out);
 /// exactly (above): Q8_0 / Q4_0 / Q4_1 bit for bit, the others widened;
 /// nullopt for float types.
 std::optional<llmrt::quant::Format> heldFormat(SourceDType type);
-/// Whether heldFormat(type) is wider than the file's blocks (Q5_0, Q5_1 and the k-quants).
+/// Whether heldFormat(type) is wider than the file's blocks (all but Q8_0, Q4_0, Q4_1).
 bool widenedBlocks(SourceDType type);
 /// Writes `numBlocks` consecutive blocks of `type` (a row's worth) as
 /// heldFormat(type)'s groups: row_bytes(format, numBlocks * blockElements).

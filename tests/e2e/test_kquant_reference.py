@@ -1,7 +1,8 @@
-"""GGUF k-quants (Q4_K, Q5_K, Q6_K) and Q5_0 / Q5_1 against llama.cpp.
+"""GGUF k-quants (Q3_K, Q4_K, Q5_K, Q6_K), Q5_0 / Q5_1 and IQ4_NL / IQ4_XS against llama.cpp.
 
 Fixture: tests/fixtures/kquant/ from tests/reference/make_kquant_fixtures.py: a tiny random Llama
-quantized by llama.cpp itself (Q4_K_M, Q5_K_M, Q5_0, Q5_1 mixes; every file has Q6_K), and
+quantized by llama.cpp itself (Q4_K_M, Q5_K_M, Q5_0, Q5_1, Q3_K_M, IQ4_NL, IQ4_XS mixes; every
+file has Q6_K), and
 llama.cpp's logits at every position of two token sequences, on an F32 copy of each file (the
 exact model) and on the quantized file itself.
 
@@ -25,9 +26,11 @@ from conftest import FIXTURES, load_f32_npy, parse_json_stdout, prompt_args, run
 from refcheck import kl_top1
 
 FIX = FIXTURES / "kquant"
-FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf"]
+FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf", "tiny_q3_k_m.gguf",
+         "tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"]
 HELD = {"Q4_K": "int4-g32-f32-min", "Q5_K": "int8-g32-f32-min", "Q6_K": "int8-g16-f32-sym",
-        "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min"}
+        "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min", "Q3_K": "int8-g16-f32-sym",
+        "IQ4_NL": "int8-g32-f16-sym", "IQ4_XS": "int8-g32-f32-sym"}
 REF_TOL = 1e-4
 FAST_KL = 6e-3
 FAST_TOP1 = 0.9
@@ -51,7 +54,7 @@ def test_fixture_is_consistent():
             assert arr.dtype == np.float32
             assert arr.shape == (len(ref["sequences"]), len(ref["sequences"][0]), ref["vocab_size"])
             assert np.all(np.isfinite(arr)) and np.abs(arr).max() > 1.0
-    assert seen == {"F32", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"}
+    assert seen == {"F32", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"}
 
 
 def run_logits(llmrt, plan, seq, tmp_path, what):

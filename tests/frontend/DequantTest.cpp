@@ -135,7 +135,7 @@ TEST(Dequant, MatchesGgufPythonReference) {
   EXPECT_EQ(checked, 5);
 }
 
-// ---- ggml's wider blocks (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) --------------------
+// ---- ggml's wider blocks (Q5_0, Q5_1, the k-quants, IQ4_NL, IQ4_XS) --------
 
 namespace {
 
@@ -160,7 +160,7 @@ TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
   ASSERT_TRUE(in) << dir << "/reference.json";
   const nlohmann::json ref = nlohmann::json::parse(in);
   std::set<std::string> typesSeen;
-  ASSERT_EQ(ref["files"].size(), 4u);
+  ASSERT_EQ(ref["files"].size(), 7u);
   for (const auto &[file, entry] : ref["files"].items()) {
     SCOPED_TRACE(file);
     auto gguf = GgufFile::open(dir + "/" + file);
@@ -189,7 +189,8 @@ TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
       }
     }
   }
-  EXPECT_EQ(typesSeen, (std::set<std::string>{"F32", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"}));
+  EXPECT_EQ(typesSeen, (std::set<std::string>{"F32", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1",
+                                              "IQ4_NL", "IQ4_XS"}));
 }
 
 TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
@@ -199,15 +200,21 @@ TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
   EXPECT_EQ(storageBytes(SourceDType::Q5_K, 256), 176);
   EXPECT_EQ(storageBytes(SourceDType::Q6_K, 256), 210);
   EXPECT_EQ(storageBytes(SourceDType::Q6_K, 128), -1); // not a whole super-block
+  EXPECT_EQ(storageBytes(SourceDType::Q3_K, 512), 220);
+  EXPECT_EQ(storageBytes(SourceDType::IQ4_NL, 64), 36);
+  EXPECT_EQ(storageBytes(SourceDType::IQ4_XS, 256), 136);
+  EXPECT_EQ(storageBytes(SourceDType::IQ4_XS, 32), -1);
   const std::pair<SourceDType, const char *> held[] = {
       {SourceDType::Q8_0, "int8-g32-f16-sym"}, {SourceDType::Q4_0, "int4-g32-f16-sym"},
       {SourceDType::Q4_1, "int4-g32-f16-min"}, {SourceDType::Q5_0, "int8-g32-f16-zp"},
       {SourceDType::Q5_1, "int8-g32-f16-min"}, {SourceDType::Q4_K, "int4-g32-f32-min"},
-      {SourceDType::Q5_K, "int8-g32-f32-min"}, {SourceDType::Q6_K, "int8-g16-f32-sym"}};
+      {SourceDType::Q5_K, "int8-g32-f32-min"}, {SourceDType::Q6_K, "int8-g16-f32-sym"},
+      {SourceDType::Q3_K, "int8-g16-f32-sym"}, {SourceDType::IQ4_NL, "int8-g32-f16-sym"},
+      {SourceDType::IQ4_XS, "int8-g32-f32-sym"}};
   for (const auto &[type, name] : held) {
     EXPECT_EQ(llmrt::quant::format_name(*heldFormat(type)), name) << sourceDTypeName(type);
     // Widened exactly where the held block is larger than the file's (Dequant.cpp's stack buffer
-    // takes 320 bytes: Q5_K's and Q6_K's).
+    // takes 320 bytes: Q5_K's, Q3_K's and Q6_K's).
     const int64_t heldBytes = *llmrt::quant::row_bytes(*heldFormat(type), blockElements(type));
     EXPECT_EQ(widenedBlocks(type), heldBytes > blockBytes(type)) << sourceDTypeName(type);
     EXPECT_LE(heldBytes, 320) << sourceDTypeName(type);

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""GGUF files with llama.cpp's k-quants (and Q5_0 / Q5_1), and llama.cpp's logits on them.
+"""GGUF files with llama.cpp's k-quants (and Q5_0 / Q5_1, IQ4_NL / IQ4_XS), and llama.cpp's logits on them.
 
 The model: a tiny Llama with random weights (seeded), rows of 256 and 512 elements so that every
 linear weight can take a k-quant (ggml's super-blocks are 256 wide), an SPM vocabulary of the 256
 byte tokens, 3 specials and 5 pieces. Written in F32 with the `gguf` package, then quantized by llama.cpp
 itself (llama_model_quantize, whose per-tensor choices make the usual mixes: Q4_K_M is Q4_K with
-Q6_K for the output and some attn_v / ffn_down, and so on).
+Q6_K for the output and some attn_v / ffn_down, Q3_K_M adds Q4_K and Q5_K, and so on).
 
 For every quantized file, tests/fixtures/kquant/ gets:
   <name>.gguf                   the file llama.cpp wrote (committed: tens of KB to half a MB)
@@ -40,7 +40,7 @@ SEED = 20261207
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 256, 512, 1, 4, 2
 HEAD_DIM = HIDDEN // HEADS
 # llama.cpp's llama_ftype values (llama.h)
-FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q5_0": 8, "q5_1": 9}
+FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q5_0": 8, "q5_1": 9, "q3_k_m": 12, "iq4_nl": 25, "iq4_xs": 30}
 SEQUENCES = [
     [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 31, 7],
     [1, 3, 250, 4, 4, 4, 90, 91, 92, 93, 150, 160, 170, 180, 190, 5, 258, 66],
