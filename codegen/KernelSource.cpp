@@ -270,6 +270,10 @@ llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k
     return llmrt::invalid_argument("weight '" + storage +
                                    "' is neither f32/f16/bf16 nor a quantized format (" +
                                    format.status().message() + ")");
+  if (format->offset == llmrt::quant::Offset::kNl)
+    return llmrt::invalid_argument("weight " + storage +
+                                   ": the CUDA kernels do not read nl codes (llmc holds them as int8 "
+                                   "sym for cuda_mma_n8)");
   auto rowBytes = llmrt::quant::row_bytes(*format, k);
   if (!rowBytes.ok())
     return llmrt::invalid_argument(rowBytes.status().message());

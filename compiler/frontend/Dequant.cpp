@@ -185,8 +185,8 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q5_K: return fmt(8, 32, ScaleType::kF32, Offset::kMin);
   case SourceDType::Q6_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
   case SourceDType::Q3_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
-  case SourceDType::IQ4_NL: return fmt(8, 32, ScaleType::kF16, Offset::kSym);
-  case SourceDType::IQ4_XS: return fmt(8, 32, ScaleType::kF32, Offset::kSym);
+  case SourceDType::IQ4_NL: return fmt(4, 32, ScaleType::kF16, Offset::kNl);
+  case SourceDType::IQ4_XS: return fmt(4, 32, ScaleType::kF32, Offset::kNl);
   default: return std::nullopt;
   }
 }
@@ -199,7 +199,6 @@ bool widenedBlocks(SourceDType type) {
   case SourceDType::Q4_K:
   case SourceDType::Q5_K:
   case SourceDType::Q6_K:
-  case SourceDType::IQ4_NL:
   case SourceDType::IQ4_XS:
     return true;
   default:
@@ -212,7 +211,7 @@ namespace {
 void storeF32(uint8_t *p, float v) { std::memcpy(p, &v, 4); }
 
 // The held bytes of one block at most: Q5_K's, Q3_K's and Q6_K's 256 elements, 8 groups of 40
-// bytes or 16 of 20 (IQ4_XS: 8 of 36).
+// bytes or 16 of 20.
 constexpr size_t kMaxHeldBlockBytes = 320;
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
@@ -252,19 +251,6 @@ uint8_t *kGroups(const uint8_t *block, int bits, Codes &&codes, uint8_t *out) {
   return out;
 }
 
-// The 16 values of IQ4_NL / IQ4_XS codes (ggml's non-linear 4-bit grid, kvalues_iq4nl: public
-// constants of the format), each an int8.
-constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                   1,    13,   25,  38,  53,  69,  89,  113};
-
-// 16 codes (byte j: element j in its low nibble, j + 16 in its high one) as their int8 values.
-void iq4Codes(const uint8_t *qs, uint8_t *out) {
-  for (int j = 0; j < 16; ++j) {
-    out[j] = static_cast<uint8_t>(kIq4Values[qs[j] & 0x0F]);
-    out[j + 16] = static_cast<uint8_t>(kIq4Values[qs[j] >> 4]);
-  }
-}
-
 // Q3_K: the 6-bit scale of sub-block s (0..15) from the 12 packed bytes: its low 4 bits are the
 // low (s < 8) or high nibble of byte s % 8, its top 2 bits are bits 2 (s / 4) of byte 8 + s % 4.
 int q3Scale(int s, const uint8_t *b) {
@@ -277,7 +263,7 @@ int q3Scale(int s, const uint8_t *b) {
 void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
                   uint8_t *out) {
   const int64_t bb = blockBytes(type);
-  if (!widenedBlocks(type)) { // Q8_0, Q4_0, Q4_1: our g32 groups bit for bit
+  if (!widenedBlocks(type)) { // Q8_0, Q4_0, Q4_1, IQ4_NL: our g32 groups bit for bit
     std::memcpy(out, blocks, static_cast<size_t>(numBlocks * bb));
     return;
   }
@@ -357,22 +343,17 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
       }
       break;
     }
-    case SourceDType::IQ4_NL: // { f16 d; u8 qs[16]; }: y = d * value(q)
-      std::memcpy(out, blk, 2);
-      iq4Codes(blk + 2, out + 2);
-      out += 34;
-      break;
     case SourceDType::IQ4_XS: {
       // { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }: sub-block s of 32 has the 6-bit
       // scale ls = nibble s % 2 of scales_l[s / 2] | bits 2 s of scales_h << 4, y = d * (ls - 32)
-      // * value(q), its codes in qs[16 s ..] as in IQ4_NL.
+      // * grid[q], its 16 code bytes at qs[16 s] as in IQ4_NL (and our int4 groups).
       const float d = halfToFloat(loadU16(blk));
       const uint16_t high = loadU16(blk + 2);
       for (int s = 0; s < 8; ++s) {
         const int ls = ((blk[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | ((high >> (2 * s)) & 3) << 4;
         storeF32(out, d * static_cast<float>(ls - 32));
-        iq4Codes(blk + 8 + 16 * s, out + 4);
-        out += 36;
+        std::memcpy(out + 4, blk + 8 + 16 * s, 16);
+        out += 20;
       }
       break;
     }

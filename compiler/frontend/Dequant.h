@@ -28,12 +28,12 @@
 //         16 sub-blocks of 16, y = (d * (sc - 32)) * q, q = 2 bits of qs minus
 //         4 where hmask's bit is clear (-4..3), sc 6-bit
 //                                      -> int8-g16-f32-sym  320 bytes / 256
-//   IQ4_NL: { f16 d; u8 qs[16]; } 18 bytes / 32, y = d * v[q], v ggml's
-//         16 non-linear int8 values (kvalues_iq4nl), nibbles as Q4_0
-//                                      -> int8-g32-f16-sym   34 bytes / 32
+//   IQ4_NL: { f16 d; u8 qs[16]; } 18 bytes / 32, y = d * grid[q], grid
+//         ggml's 16 non-linear int8 values (quant::kNlGrid), nibbles as
+//         Q4_0                         -> int4-g32-f16-nl, bit for bit
 //   IQ4_XS: { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; } 136 / 256:
-//         8 sub-blocks of 32, y = (d * (ls - 32)) * v[q], ls 6-bit
-//                                      -> int8-g32-f32-sym  288 bytes / 256
+//         8 sub-blocks of 32, y = (d * (ls - 32)) * grid[q], ls 6-bit
+//                                      -> int4-g32-f32-nl   160 bytes / 256
 // (Q2_K, whose 16-element sub-blocks have a min, and the grid-coded IQ1 /
 // IQ2 / IQ3 types have no exact held format and are refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
@@ -70,10 +70,10 @@ void dequantizeQ4_0(const uint8_t *blocks, int64_t numBlocks, float *out);
 void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out);
 
 /// The format (cpu_row_groups) that holds a 2-D tensor of a ggml block type
-/// exactly (above): Q8_0 / Q4_0 / Q4_1 bit for bit, the others widened;
+/// exactly (above): Q8_0 / Q4_0 / Q4_1 / IQ4_NL bit for bit, the others widened;
 /// nullopt for float types.
 std::optional<llmrt::quant::Format> heldFormat(SourceDType type);
-/// Whether heldFormat(type) is wider than the file's blocks (all but Q8_0, Q4_0, Q4_1).
+/// Whether heldFormat(type) is wider than the file's blocks (all but Q8_0, Q4_0, Q4_1, IQ4_NL).
 bool widenedBlocks(SourceDType type);
 /// Writes `numBlocks` consecutive blocks of `type` (a row's worth) as
 /// heldFormat(type)'s groups: row_bytes(format, numBlocks * blockElements).

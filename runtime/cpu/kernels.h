@@ -106,7 +106,7 @@ void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& bod
 //      amax = max |x_i|, d = amax / 127, id = d != 0 ? 1 / d : 0, q_i = lrint(x_i * id)
 //      (round to nearest even), isum = sum q_i, s = d * float(isum);
 //    against weight group codes c_i (sym int4: nibble - 8; sym int8: the int8; zp: q - z;
-//    min: q) each block b gives the exact integer P_b = sum over its 32 elements of c_i * q_i;
+//    min: q; nl: kNlGrid[nibble]) each block b gives the exact integer P_b = sum over its 32 elements of c_i * q_i;
 //    in block order acc = fma(dw * dx_b, float(P_b), acc) and msum = fma(m, s_b, msum) (min
 //    formats; else msum = 0); y = acc + msum, then + bias. Groups of 16 (int8 sym) split a
 //    block in two: P_b's halves, each with its group's dw, in element order. (|P_b| < 2^24,

@@ -135,7 +135,8 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
           const uint8_t byte = v.code_byte(grp, s, i);
           c = f.offset == Offset::kSym ? static_cast<int8_t>(byte) : byte - z;
         } else {
-          c = (i < 16 ? v.code_byte(grp, s, i) & 0x0F : v.code_byte(grp, s, i - 16) >> 4) - z;
+          c = i < 16 ? v.code_byte(grp, s, i) & 0x0F : v.code_byte(grp, s, i - 16) >> 4;
+          c = f.offset == Offset::kNl ? quant::kNlGrid[c] : c - z;
         }
         p += c * xq[i];
       }
@@ -201,7 +202,7 @@ LLMRT_AVX2_F16C inline __m256 load_scales8(const uint8_t* p) {
 
 // acc + per 32-bit lane the sum of the four products u_i * s_i (u unsigned, s signed bytes);
 // without VNNI maddubs + madd, whose 16-bit pair sums cannot saturate here (u <= 128, |s| <= 127
-// or u <= 15).
+// or u <= 15; nl codes go in as |grid value| <= 127).
 template <bool VNNI>
 LLMRT_AVX2_F16C inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
   if constexpr (VNNI) {
@@ -258,6 +259,9 @@ TilesFn pick_offset(const Format& f) {
     case Offset::kSym: return pick_scale<ISA, BITS, Offset::kSym, TB>(f.scale);
     case Offset::kZeroPoint: return pick_scale<ISA, BITS, Offset::kZeroPoint, TB>(f.scale);
     case Offset::kMin: return pick_scale<ISA, BITS, Offset::kMin, TB>(f.scale);
+    case Offset::kNl:
+      if constexpr (BITS == 4) return pick_scale<ISA, 4, Offset::kNl, TB>(f.scale);
+      return nullptr;
   }
   return nullptr;
 }

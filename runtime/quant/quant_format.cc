@@ -67,6 +67,7 @@ int64_t header_bytes(const Format& f) {
     case Offset::kSym: return s;
     case Offset::kZeroPoint: return s + 1;
     case Offset::kMin: return 2 * s;
+    case Offset::kNl: return s;
   }
   return s;
 }
@@ -335,7 +336,7 @@ StatusOr<Format> parse_format(std::string_view name) {
   const std::string full(name);
   auto bad = [&](const std::string& why) {
     return invalid_argument("quantization format '" + full + "': " + why +
-                            " (expected int<4|8>-g<N>|row-<f16|bf16|f32>-<sym|zp|min>)");
+                            " (expected int<4|8>-g<N>|row-<f16|bf16|f32>-<sym|zp|min|nl>)");
   };
   std::string_view parts[4];
   int n = 0;
@@ -366,7 +367,9 @@ StatusOr<Format> parse_format(std::string_view name) {
   if (parts[3] == "sym") f.offset = Offset::kSym;
   else if (parts[3] == "zp") f.offset = Offset::kZeroPoint;
   else if (parts[3] == "min") f.offset = Offset::kMin;
+  else if (parts[3] == "nl") f.offset = Offset::kNl;
   else return bad("offset '" + std::string(parts[3]) + "'");
+  if (f.offset == Offset::kNl && f.bits != 4) return bad("nl codes are int4 only");
   if (f.group == kHalfGroup && (f.bits != 8 || f.offset != Offset::kSym))
     return bad("groups of 16 are int8 sym only");
   return f;
@@ -376,8 +379,29 @@ std::string format_name(const Format& f) {
   std::string s = f.bits == 8 ? "int8-" : "int4-";
   s += f.group == 0 ? "row" : "g" + std::to_string(f.group);
   s += f.scale == ScaleType::kF16 ? "-f16" : f.scale == ScaleType::kBF16 ? "-bf16" : "-f32";
-  s += f.offset == Offset::kSym ? "-sym" : f.offset == Offset::kZeroPoint ? "-zp" : "-min";
+  s += f.offset == Offset::kSym ? "-sym" : f.offset == Offset::kZeroPoint ? "-zp" : f.offset == Offset::kMin ? "-min" : "-nl";
   return s;
+}
+
+Format nl_widened(const Format& f) {
+  Format w = f;
+  w.bits = 8;
+  w.offset = Offset::kSym;
+  return w;
+}
+
+void widen_nl_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
+  const int64_t g = group_elems(f, k), sb = scale_bytes(f.scale);
+  for (int64_t base = 0; base < k; base += g) {
+    std::memcpy(out, row, static_cast<size_t>(sb));
+    row += sb;
+    out += sb;
+    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, row += kSubBlock / 2, out += kSubBlock)
+      for (int i = 0; i < 16; ++i) {
+        out[i] = static_cast<uint8_t>(kNlGrid[row[i] & 0x0F]);
+        out[i + 16] = static_cast<uint8_t>(kNlGrid[row[i] >> 4]);
+      }
+  }
 }
 
 void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) {
@@ -407,6 +431,9 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
         if (f.offset == Offset::kMin) {
           y[sbk + i] = d * static_cast<float>(lo) + m;
           y[sbk + i + 16] = d * static_cast<float>(hi) + m;
+        } else if (f.offset == Offset::kNl) {
+          y[sbk + i] = d * static_cast<float>(kNlGrid[lo]);
+          y[sbk + i + 16] = d * static_cast<float>(kNlGrid[hi]);
         } else {
           y[sbk + i] = d * static_cast<float>(lo - z);
           y[sbk + i + 16] = d * static_cast<float>(hi - z);
@@ -465,6 +492,30 @@ void min_max(const float* v, int64_t n, float* mn_out, float* mx_out) {
   *mx_out = b;
 }
 
+// nl: the grid's -127 at the value of largest magnitude (its sign kept: the grid is not
+// symmetric), every value to the nearest grid point (the lower of two at equal distance).
+void quantize_row_nl(const Format& f, const float* x, int64_t k, uint8_t* out) {
+  const int64_t g = group_elems(f, k), gb = group_bytes(f, g), hb = header_bytes(f);
+  for (int64_t base = 0; base < k; base += g, out += gb) {
+    const float* v = x + base;
+    float mn, mx;
+    min_max(v, g, &mn, &mx);
+    const float peak = std::fabs(mn) >= std::fabs(mx) ? mn : mx;
+    const float d = store_scale(f.scale, peak / -127.0f, out);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    auto code = [&](float val) {  // the grid ascends: the midpoints below t (a tie stays low)
+      const float t = val * id;
+      int c = 0;
+      for (int j = 0; j < 15; ++j) c += t > 0.5f * static_cast<float>(kNlGrid[j] + kNlGrid[j + 1]);
+      return c;
+    };
+    uint8_t* q = out + hb;
+    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2)
+      for (int i = 0; i < 16; ++i)
+        q[i] = static_cast<uint8_t>(code(v[sbk + i]) | code(v[sbk + i + 16]) << 4);
+  }
+}
+
 }  // namespace
 
 void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
@@ -473,6 +524,7 @@ void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
   const int sb = scale_bytes(f.scale);
   int lo, hi;
   code_range(f, &lo, &hi);
+  if (f.offset == Offset::kNl) return quantize_row_nl(f, x, k, out);
   for (int64_t base = 0; base < k; base += g, out += gb) {
     const float* v = x + base;
     float mn, mx;

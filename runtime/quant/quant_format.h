@@ -13,6 +13,13 @@
 //   sym  int8: d * q (q signed int8)        sym  int4: d * (q - 8)   (q the nibble 0..15)
 //   zp   int8: d * (q - z) (q, z uint8)      zp   int4: d * (q - z)   (z 0..15)
 //   min  int8: d * q + m (q uint8)           min  int4: d * q + m
+//                                            nl   int4: d * kNlGrid[q] (header: the scale only)
+//
+// nl (int4 only, groups of 32 n) is GGUF's IQ4_NL (int4-g32-f16-nl, bit for bit) and IQ4_XS
+// (int4-g32-f32-nl, its sub-block scale d * (ls - 32) exact in f32): a code indexes a grid of 16
+// int8 values. The CPU reads it natively; the CUDA kernels do not, so llmc holds nl tensors of a
+// cuda_mma_n8 plan as int8 sym with the same scales and the grid values as codes (nl_widened:
+// the same values).
 //
 // A group is a multiple of 32 elements, or 16 for int8 sym (GGUF's 16-element sub-blocks); rows
 // are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32).
@@ -27,7 +34,7 @@
 // int8-g32-f32-min (the min negated), Q6_K int8-g16-f32-sym (codes q - 32; d * sc * (q - 32)
 // is one f32 rounding there as in ggml's (d * sc) * q).
 //
-// Names: "int<bits>-g<group>|row-<f16|bf16|f32>-<sym|zp|min>", e.g. "int4-g128-f16-zp".
+// Names: "int<bits>-g<group>|row-<f16|bf16|f32>-<sym|zp|min|nl>", e.g. "int4-g128-f16-zp".
 //
 // The "cpu_interleaved8" layout (the CPU default of the pack-weights pass) holds the same bytes
 // regrouped so that one 32-byte SIMD load covers 8 rows: rows go in tiles of 8 (the last tile
@@ -80,7 +87,12 @@
 namespace llmrt::quant {
 
 enum class ScaleType : uint8_t { kF16 = 0, kBF16 = 1, kF32 = 2 };
-enum class Offset : uint8_t { kSym = 0, kZeroPoint = 1, kMin = 2 };
+enum class Offset : uint8_t { kSym = 0, kZeroPoint = 1, kMin = 2, kNl = 3 };
+
+/// The values of int4 "nl" codes: ggml's non-linear 4-bit grid of IQ4_NL / IQ4_XS (kvalues_iq4nl,
+/// public constants of that format), each an int8.
+inline constexpr int8_t kNlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113};
 
 /// Sub-block of the int4 nibble order and of the fast contract's activation blocks.
 inline constexpr int64_t kSubBlock = 32;
@@ -203,8 +215,15 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out);
 /// Returns a message naming the first bad group, "" when fine.
 std::string check_row(const Format& f, const uint8_t* row, int64_t k);
 
+/// nl: the int8 sym format with f's group and scale type that holds the same values (codes
+/// kNlGrid[q]); widen_nl_row writes a row of f in it.
+Format nl_widened(const Format& f);
+void widen_nl_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);
+
 /// Round-to-nearest quantization of one row into f (the compiler's --quantize):
 ///   sym:  d = amax / qmax (qmax 127 for int8, 7 for int4), q = round(x / d) clamped;
+///   nl:   d = -v / 127 for the v of largest |v| (so v is the grid's -127), q the nearest grid
+///         value to x / d (the lower one of a tie);
 ///   min:  m = min(x), d = (max(x) - m) / (2^bits - 1), q = round((x - m) / d) clamped;
 ///   zp:   as min, with z = round(-min / d) clamped to the code range and m = -d * z.
 /// d (and m) are first rounded to the scale type, the codes computed with the rounded values.

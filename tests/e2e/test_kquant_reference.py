@@ -13,11 +13,13 @@ exact model) and on the quantized file itself.
     (its own 8-bit activations): mean KL per sequence <= 6e-3 (measured <= 2.3e-3; llama.cpp's
     own distance from the exact model is about 1.5e-3 here), the same top token at >= 90% of
     positions (measured 100%);
-  - the plan holds each block type in the format documented for it, no float copy.
+  - the plan holds each block type in the format documented for it, no float copy; IQ4_NL /
+    IQ4_XS natively as int4 nl codes on the CPU, as int8 with the same values in the CUDA layout.
 """
 
 import json
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -30,7 +32,7 @@ FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gg
          "tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"]
 HELD = {"Q4_K": "int4-g32-f32-min", "Q5_K": "int8-g32-f32-min", "Q6_K": "int8-g16-f32-sym",
         "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min", "Q3_K": "int8-g16-f32-sym",
-        "IQ4_NL": "int8-g32-f16-sym", "IQ4_XS": "int8-g32-f32-sym"}
+        "IQ4_NL": "int4-g32-f16-nl", "IQ4_XS": "int4-g32-f32-nl"}
 REF_TOL = 1e-4
 FAST_KL = 6e-3
 FAST_TOP1 = 0.9
@@ -118,3 +120,34 @@ def test_compile_says_what_widening_costs(llmc, tmp_path):
     assert 1.3 < plan_mib / file_mib < 1.6, note[0]
     quiet = run_cmd([llmc, "compile", FIX / "tiny_q4_k_m.gguf", "-o", tmp_path / "q.fb", "-q"], "llmc compile -q")
     assert "held with the same values" not in quiet.stderr
+
+
+@pytest.mark.parametrize("name", ["tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"])
+def test_cuda_layout_holds_nl_codes_as_int8_with_the_same_values(name, llmc, llmrt, compile_plan, tmp_path):
+    # The CUDA kernels do not read nl codes: a cuda-mma plan holds IQ4_NL / IQ4_XS as int8 sym
+    # (the grid values as codes, the same scales), so its logits are still llama.cpp's on the F32
+    # copy (run here on the CPU: the values, not the kernels, are what this checks).
+    ref = load_ref()
+    plan = compile_plan(FIX / name, name + "_cuda_layout", "--target", "none", "--weight-layout", "cuda-mma",
+                        "--cpu-kernels", "reference")
+    info = parse_json_stdout(run_cmd([llmc, "inspect", plan, "--json"], f"llmc inspect {name}"), name)
+    nl = "int8-g32-f16-sym" if "nl" in name else "int8-g32-f32-sym"
+    assert set(info["tensors"]["bytes_by_dtype"]) == {"F32", "int8-g16-f32-sym", nl}
+    expected = np.load(FIX / name.replace(".gguf", ".f32.npy"))
+    seq = ref["sequences"][0]
+    ours = run_logits(llmrt, plan, seq, tmp_path, f"llmrt run {name} (cuda-mma layout)")
+    worst = (np.abs(ours - expected[0]).max(axis=1) / np.abs(expected[0]).max(axis=1)).max()
+    assert worst <= REF_TOL, f"{name} in cuda-mma: {worst:.3e} of max|logit| from llama.cpp (F32 copy)"
+    # ... and the compiler says what that costs (IQ4_NL is not wider than the file elsewhere).
+    proc = run_cmd([llmc, "compile", FIX / name, "-o", tmp_path / "c.fb", "--target", "none",
+                    "--weight-layout", "cuda-mma"], "llmc compile")
+    assert "IQ4_" in next(line for line in proc.stderr.splitlines() if "held with the same values" in line)
+
+
+def test_nl_quantization_is_refused_for_the_cuda_layout(llmc, tmp_path):
+    proc = subprocess.run([str(llmc), "compile", str(FIXTURES / "tiny" / "llama"), "-o", str(tmp_path / "p.fb"),
+                           "--target", "none", "--weight-layout", "cuda-mma", "--quantize", "int4-g32-f16-nl"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "int4-g32-f16-nl is read by the CPU kernels only" in proc.stderr, proc.stderr
+    assert not (tmp_path / "p.fb").exists()

@@ -209,8 +209,8 @@ TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
       {SourceDType::Q4_1, "int4-g32-f16-min"}, {SourceDType::Q5_0, "int8-g32-f16-zp"},
       {SourceDType::Q5_1, "int8-g32-f16-min"}, {SourceDType::Q4_K, "int4-g32-f32-min"},
       {SourceDType::Q5_K, "int8-g32-f32-min"}, {SourceDType::Q6_K, "int8-g16-f32-sym"},
-      {SourceDType::Q3_K, "int8-g16-f32-sym"}, {SourceDType::IQ4_NL, "int8-g32-f16-sym"},
-      {SourceDType::IQ4_XS, "int8-g32-f32-sym"}};
+      {SourceDType::Q3_K, "int8-g16-f32-sym"}, {SourceDType::IQ4_NL, "int4-g32-f16-nl"},
+      {SourceDType::IQ4_XS, "int4-g32-f32-nl"}};
   for (const auto &[type, name] : held) {
     EXPECT_EQ(llmrt::quant::format_name(*heldFormat(type)), name) << sourceDTypeName(type);
     // Widened exactly where the held block is larger than the file's (Dequant.cpp's stack buffer

@@ -514,7 +514,8 @@ TEST(LoadModel, GgufModelErrors) {
     return true;
   });
   EXPECT_NE(e.find("tensor 'blk.0.ffn_up.weight' has type Q2_K; supported: F32, F16, "
-                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"), std::string::npos) << e;
+                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"),
+            std::string::npos) << e;
   e = modelWith([](GgufBuilder &b, const std::string &n, const Tensor &t) {
     if (n != "output_norm.weight")
       return false;

@@ -42,7 +42,9 @@ const char* kAllFormats[] = {
     "int8-g32-f16-zp",  "int8-g32-f16-min", "int4-g128-f16-min", "int4-g64-bf16-sym",
     "int4-g128-f32-zp", "int8-row-f32-sym", "int4-row-f32-min",  "int8-g64-bf16-sym",
     // GGUF's Q4_K, Q5_K and Q6_K as the compiler holds them, and a 16-group in f16
-    "int4-g32-f32-min", "int8-g32-f32-min", "int8-g16-f32-sym",  "int8-g16-f16-sym"};
+    "int4-g32-f32-min", "int8-g32-f32-min", "int8-g16-f32-sym",  "int8-g16-f16-sym",
+    // the IQ4 grid's codes: IQ4_NL, IQ4_XS as held, and other groups and scales
+    "int4-g32-f16-nl",  "int4-g32-f32-nl",  "int4-g64-bf16-nl",  "int4-row-f32-nl"};
 
 // ---------------- formats ----------------
 
@@ -58,7 +60,8 @@ TEST(QuantFormat, BadNamesSayWhy) {
   for (const char* bad : {"int3-g32-f16-sym", "int4-g33-f16-sym", "int4-g32-f8-sym",
                           "int4-g32-f16-asym", "int4-g32-f16", "int4-g32-f16-sym-x", "", "q4_1",
                           "int4-g-f16-sym", "int4-g0-f16-sym", "int4-g16-f16-sym", "int8-g16-f16-zp",
-                          "int8-g16-f32-min", "int8-g8-f16-sym", "int8-g48-f16-sym"}) {
+                          "int8-g16-f32-min", "int8-g8-f16-sym", "int8-g48-f16-sym", "int8-g32-f16-nl",
+                          "int4-g16-f32-nl", "int4-g32-f16-grid"}) {
     StatusOr<Format> f = quant::parse_format(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_NE(f.status().message().find("quantization format"), std::string::npos);
@@ -126,12 +129,16 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
         amax = std::max(amax, std::fabs(x[i]));
       }
       const int levels = f.bits == 8 ? 255 : 15;
-      const float step = f.offset == quant::Offset::kSym ? amax / (f.bits == 8 ? 127 : 7)
-                                                        : (mx - mn) / levels;
+      // nl: the grid's widest gap is 23 (-127 .. -104), and the values past 113 (where the
+      // largest magnitude is negative, up to 127 of the other sign) are 14 from it at most.
+      const float step = f.offset == quant::Offset::kSym  ? amax / (f.bits == 8 ? 127 : 7)
+                         : f.offset == quant::Offset::kNl ? 28.0f * amax / 127.0f
+                                                          : (mx - mn) / levels;
       for (int64_t i = base; i < base + g; ++i)
         ASSERT_LE(std::fabs(y[i] - x[i]), 0.5f * step * 1.01f + 1e-6f) << name << " at " << i;
     }
-    if (f.offset != quant::Offset::kMin) EXPECT_EQ(y[3], 0.0f) << name;  // zero stays exact
+    // zero stays exact (the nl grid has no zero: its nearest value is 1)
+    if (f.offset != quant::Offset::kMin && f.offset != quant::Offset::kNl) EXPECT_EQ(y[3], 0.0f) << name;
   }
 }
 
@@ -154,6 +161,22 @@ std::vector<uint8_t> serial_quantize(const Format& f, const std::vector<float>& 
       amax = std::max(amax, std::fabs(x[i]));
     }
     float d, m = 0.0f;
+    if (f.offset == quant::Offset::kNl) {
+      // the value of largest magnitude (the min where the magnitudes tie) at the grid's -127;
+      // every element to its nearest grid value, the lower one of a tie
+      const float peak = std::fabs(mn) >= std::fabs(mx) ? mn : mx;
+      d = quant::store_scale(f.scale, peak / -127.0f, &out[at]);
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint8_t* q = &out[at + quant::header_bytes(f)];
+      for (int64_t i = 0; i < g; ++i) {
+        const float t = x[base + i] * id;
+        int best = 0;
+        for (int c = 1; c < 16; ++c)
+          if (std::fabs(t - quant::kNlGrid[c]) < std::fabs(t - quant::kNlGrid[best])) best = c;
+        q[i / 32 * 16 + i % 16] |= static_cast<uint8_t>(best << (i % 32 < 16 ? 0 : 4));
+      }
+      continue;
+    }
     if (sym) {
       d = quant::store_scale(f.scale, amax / (f.bits == 8 ? 127.0f : 7.0f), &out[at]);
     } else {
@@ -430,10 +453,10 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
 
 TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
   // GGUF Q8_0 may hold -128 (RTN never writes it) and zp/min int8 codes span 0..255: the SIMD
-  // sign trick must still give the exact products.
+  // sign trick must still give the exact products (and nl codes' grid ends, -127 and 113).
   IsaGuard guard;
   if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
-  for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min"}) {
+  for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min", "int4-g32-f16-nl"}) {
     Case c = make_case(name, 9, 64, 77);
     const int64_t rb = *quant::row_bytes(c.f, c.k), hb = quant::header_bytes(c.f);
     for (int64_t r = 0; r < c.n; ++r)
@@ -500,6 +523,47 @@ TEST(QuantLinear, FastContractScalarFollowsItsDefinition) {
     }
     for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
       EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc + msum) << r;
+  }
+}
+
+TEST(QuantLinear, FastContractScalarReadsNlCodesAsTheirGridValues) {
+  // nl: P_b = sum over the block of grid[nibble] * q, one fma per block, no min term.
+  Case c = make_case("int4-g64-f32-nl", 3, 128, 6);
+  std::vector<float> x = random_vec(128, 9);
+  auto [q, d, s, sums] = quantize_acts(x);
+  const int64_t rb = *quant::row_bytes(c.f, 128);
+  for (int64_t r = 0; r < 3; ++r) {
+    const uint8_t* row = c.w.data() + r * rb;
+    float acc = 0;
+    for (int b = 0; b < 4; ++b) {
+      const uint8_t* grp = row + (b / 2) * quant::group_bytes(c.f, 64);
+      const float dw = quant::load_scale(c.f.scale, grp);
+      const uint8_t* codes = grp + 4 + (b % 2) * 16;
+      int p = 0;
+      for (int i = 0; i < 32; ++i)
+        p += quant::kNlGrid[i < 16 ? (codes[i] & 15) : (codes[i - 16] >> 4)] * q[b * 32 + i];
+      acc = std::fma(dw * d[b], static_cast<float>(p), acc);
+    }
+    for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
+      EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc + 0.0f) << r;
+  }
+}
+
+TEST(QuantLinear, NlRowsWidenToInt8WithTheSameValues) {
+  for (const char* name : {"int4-g32-f16-nl", "int4-g64-bf16-nl", "int4-row-f32-nl"}) {
+    const Format f = *quant::parse_format(name), w = quant::nl_widened(f);
+    EXPECT_EQ(w.bits, 8);
+    EXPECT_EQ(w.offset, quant::Offset::kSym);
+    EXPECT_EQ(w.group, f.group);
+    EXPECT_EQ(w.scale, f.scale);
+    std::vector<float> x = random_vec(256, 17);
+    std::vector<uint8_t> row(*quant::row_bytes(f, 256)), wide(*quant::row_bytes(w, 256));
+    quant::quantize_row(f, x.data(), 256, row.data());
+    quant::widen_nl_row(f, row.data(), 256, wide.data());
+    std::vector<float> a(256), b(256);
+    quant::dequantize_row(f, row.data(), 256, a.data());
+    quant::dequantize_row(w, wide.data(), 256, b.data());
+    EXPECT_TRUE(bit_equal(a, b)) << name;
   }
 }
 
