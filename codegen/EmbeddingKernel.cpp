@@ -46,11 +46,13 @@ __device__ __forceinline__ float tableAt(const unsigned char *table, long long i
   } else {
     const int p = 2 * s + (b >> 1) + 4 * (b & 1); // nibble of the lane's word
     code = (lane[p / 2] >> (4 * (p % 2))) & 15;
+    if (kOffset == 3) // nl: the code's grid value
+      code = (int)(signed char)(nlGrid4((unsigned)code) & 255u);
   }
   if (kOffset == 2)
     return __fadd_rn(__fmul_rn(d, (float)code),
                      loadScale(base + kOffsetsAt + (g * 8 + r) * kScaleBytes));
-  const int zero = kOffset == 1 ? (int)base[kOffsetsAt + g * 8 + r] : kBits == 4 ? 8 : 0;
+  const int zero = kOffset == 1 ? (int)base[kOffsetsAt + g * 8 + r] : kBits == 4 && kOffset == 0 ? 8 : 0;
   return __fmul_rn(d, (float)(code - zero));
 }
 } // namespace

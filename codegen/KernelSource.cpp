@@ -237,7 +237,7 @@ constexpr int kSubGroups = kGroup < 32 ? 32 / kGroup : 1; // groups per 32-eleme
 constexpr int kBits = ${BITS};            // 4 | 8
 constexpr int kScaleType = ${SCALE_TYPE}; // 0 f16, 1 bf16, 2 f32
 constexpr int kScaleBytes = kScaleType == 2 ? 4 : 2;
-constexpr int kOffset = ${OFFSET};        // 0 sym, 1 zero point, 2 min
+constexpr int kOffset = ${OFFSET};        // 0 sym, 1 zero point, 2 min, 3 nl (int4: grid values)
 constexpr long long kTileBytes = ${TILE_BYTES};
 constexpr int kOffsetsAt = 8 * kGroups * kScaleBytes;
 constexpr int kCodesAt =
@@ -252,9 +252,35 @@ __device__ __forceinline__ float loadScale(const unsigned char *p) {
   const unsigned h = *reinterpret_cast<const unsigned short *>(p);
   return kScaleType == 0 ? halfToFloat(h) : bf16ToFloat(h);
 }
+
+// nl codes: the 16 int8 values of the IQ4 grid (quant::kNlGrid), 4 to a word.
+constexpr unsigned kNlGridWords[4] = {${NL_GRID}};
+// The grid values (signed bytes 0..3) of the 4 codes in nibbles 0..3 of c: one byte permute per
+// half of the grid looks up c & 7, a third takes the half that bit 3 names. (Selector bit 3 is
+// masked off throughout: prmt's sign-replicate flag.)
+__device__ __forceinline__ unsigned nlGrid4(unsigned c) {
+  const unsigned s = c & 0x7777u;
+  const unsigned low = __byte_perm(kNlGridWords[0], kNlGridWords[1], s);
+  const unsigned high = __byte_perm(kNlGridWords[2], kNlGridWords[3], s);
+  return __byte_perm(low, high, 0x3210u | ((c & 0x8888u) >> 1));
+}
 } // namespace
 )cuda";
 } // namespace
+
+// kNlGridWords' initializer: quant::kNlGrid's bytes as 4 little-endian words.
+std::string nlGridWords() {
+  std::string out;
+  for (int w = 0; w < 4; ++w) {
+    uint32_t word = 0;
+    for (int b = 0; b < 4; ++b)
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(llmrt::quant::kNlGrid[4 * w + b])) << (8 * b);
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%08Xu", word);
+    out += (w ? ", " : "") + std::string(hex);
+  }
+  return out;
+}
 
 llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k) {
   WeightSource ws;
@@ -270,10 +296,6 @@ llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k
     return llmrt::invalid_argument("weight '" + storage +
                                    "' is neither f32/f16/bf16 nor a quantized format (" +
                                    format.status().message() + ")");
-  if (format->offset == llmrt::quant::Offset::kNl)
-    return llmrt::invalid_argument("weight " + storage +
-                                   ": the CUDA kernels do not read nl codes (llmc holds them as int8 "
-                                   "sym for cuda_mma_n8)");
   auto rowBytes = llmrt::quant::row_bytes(*format, k);
   if (!rowBytes.ok())
     return llmrt::invalid_argument(rowBytes.status().message());
@@ -286,7 +308,8 @@ llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k
        {"BITS", std::to_string(format->bits)},
        {"SCALE_TYPE", std::to_string(static_cast<int>(format->scale))},
        {"OFFSET", std::to_string(static_cast<int>(format->offset))},
-       {"TILE_BYTES", std::to_string(ws.tileBytes)}});
+       {"TILE_BYTES", std::to_string(ws.tileBytes)},
+       {"NL_GRID", nlGridWords()}});
   ws.tag = llmrt::quant::format_name(*format);
   for (char &c : ws.tag)
     if (c == '-')

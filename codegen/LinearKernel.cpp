@@ -331,7 +331,21 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, const float ds[2
                                              const int xrow[NT], int k0, int q, float acc[NT]) {
   const float d = ds[0], lo = los[0];
   float v[8];
-  if (kBits == 4) {
+  if (kBits == 4 && kOffset == 3) {
+    // nl: nibbles 4 h .. 4 h + 3 looked up as the grid's signed bytes, then read as int8 sym
+    // codes (c ^ 0x80 = code + 128, lo = -128 d), in nibble order.
+    const float d256 = d * 0.00390625f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned g = nlGrid4(w[0] >> (16 * h)) ^ 0x80808080u;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) { // bytes 2 e, 2 e + 1 at bits 0 and 8 of g >> 16 e
+        const unsigned u = g >> (16 * e);
+        v[4 * h + 2 * e] = fmaf(maskedCode<0xFFu>(u), d, lo);
+        v[4 * h + 2 * e + 1] = fmaf(maskedCode<0xFF00u>(u), d256, lo);
+      }
+    }
+  } else if (kBits == 4) {
     const float d16 = d * 0.0625f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) { // nibbles 2 i, 2 i + 1 at bits 0 and 4 of w >> 8 i
@@ -409,8 +423,8 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
       lo = stagedScale(sc + kOffsetsRel + gi * kGroupOffsetBytes, n);
     else if (kOffset == 1)
       lo = -d * (float)sc[kOffsetsRel + gi * kGroupOffsetBytes + n];
-    else
-      lo = kBits == 4 ? -8.0f * d : -128.0f * d;
+    else // sym int4: -8 d; sym int8 and nl (read as int8 codes + 128): -128 d
+      lo = kBits == 4 && kOffset == 0 ? -8.0f * d : -128.0f * d;
     float ds[2] = {d, d}, los[2] = {lo, lo};
     if (kSubGroups == 2) { // g16 (int8 sym): k-step 1 has the next group's scale
       ds[1] = stagedScale(sc + (gi + 1) * kGroupScaleBytes, n);
@@ -426,9 +440,10 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
 constexpr long long kQ8RowBytes = (long long)((kK + 127) / 128) * 160;
 constexpr int kQ8ScalesAt = (kK + 127) / 128 * 128;
 constexpr int kQ8SumsAt = kQ8ScalesAt + (kK + 127) / 128 * 16;
-// Sym int8 codes are signed bytes; int4 nibbles and zero-point / min bytes unsigned, their
-// offset (value = d * code + lo) applied once per sub-block as lo * s (s = d_x * sum of codes).
-constexpr bool kSignedCodes = kBits == 8 && kOffset == 0;
+// Sym int8 codes and nl codes' grid values are signed bytes; int4 nibbles and zero-point / min
+// bytes unsigned, their offset (value = d * code + lo) applied once per sub-block as lo * s
+// (s = d_x * sum of codes).
+constexpr bool kSignedCodes = (kBits == 8 && kOffset == 0) || kOffset == 3;
 
 // c + the 4 byte products of weight codes a and activation codes b (dp4a: one instruction).
 __device__ __forceinline__ int dot4(unsigned a, unsigned b, int c) {
@@ -465,7 +480,11 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
   float d[4], d1[4]; // d1: k-step 1's scale (groups of 16)
 #pragma unroll
   for (int j = 0; j < M; ++j) {
-    if (kBits == 4) {
+    if (kBits == 4 && kOffset == 3) { // nl: the grid values of nibbles 0, 2, 4, 6 and 1, 3, 5, 7
+      const unsigned g0 = nlGrid4(words[j]), g1 = nlGrid4(words[j] >> 16);
+      ca[j] = __byte_perm(g0, g1, 0x6420u);
+      cb[j] = __byte_perm(g0, g1, 0x7531u);
+    } else if (kBits == 4) {
       ca[j] = words[j] & 0x0F0F0F0Fu;
       cb[j] = (words[j] >> 4) & 0x0F0F0F0Fu;
     } else { // word 0: elements 2q, 2q+1, 2q+8, 2q+9; word 1 the same + 16
@@ -1125,16 +1144,20 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
   else if (kOffset == 1)
     lo = -d * (float)base[kOffsetsAt + g * 8 + n];
   else
-    lo = kBits == 4 ? -8.0f * d : 0.0f;
+    lo = kBits == 4 && kOffset == 0 ? -8.0f * d : 0.0f;
   if (kBits == 4) {
     const unsigned word = w[0];
+    // nl: the grid values of nibbles 0..3 and 4..7 as signed bytes
+    const unsigned grid[2] = {kOffset == 3 ? nlGrid4(word) : 0u, kOffset == 3 ? nlGrid4(word >> 16) : 0u};
     // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
     // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
       const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
       at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-      v[p] = d * codeToFloat((word >> (4 * p)) & 15u) + lo;
+      const float code = kOffset == 3 ? codeToFloat(((grid[p >> 2] >> (8 * (p & 3))) & 255u) ^ 0x80u) - 128.0f
+                                      : codeToFloat((word >> (4 * p)) & 15u);
+      v[p] = d * code + lo;
     }
   } else {
 #pragma unroll

@@ -265,20 +265,17 @@ llmrt::Status compile(const CompileOptions &opts) {
                    list.c_str(), hint.c_str());
   }
   if (!opts.quiet && !opts.dequantize) {
-    // GGUF blocks held in a wider format of ours (Dequant.h; nl codes as int8 for CUDA): say
-    // what they cost.
+    // GGUF blocks held in a wider format of ours (Dequant.h): say what they cost.
     std::set<std::string> types;
     uint64_t fileBytes = 0, planBytes = 0;
     int widened = 0;
     for (const SourceTensor &t : model.tensors->tensors()) {
+      if (!widenedBlocks(t.dtype))
+        continue;
       auto format = model.tensors->nativeFormat(t.name);
       if (!format || t.shape.size() != 2)
         continue;
-      const bool nlForCuda = opts.weightLayout == "cuda-mma" && format->offset == llmrt::quant::Offset::kNl;
-      if (!widenedBlocks(t.dtype) && !nlForCuda)
-        continue;
-      auto rowBytes = llmrt::quant::row_bytes(nlForCuda ? llmrt::quant::nl_widened(*format) : *format,
-                                              t.shape[1]);
+      auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
       if (!rowBytes.ok())
         continue;
       ++widened;

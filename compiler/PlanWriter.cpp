@@ -103,8 +103,7 @@ struct Lowering {
 
   /// Writes checkpoint tensor `src` (one part of plan tensor `t`) in t's
   /// quantized format: the checkpoint's own blocks when it stores that format
-  /// or nl codes that t holds as int8 (checked, never requantized), else
-  /// round-to-nearest from f32.
+  /// (checked, never requantized), else round-to-nearest from f32.
   /// Appends the rows of `src` in format t.quant, row layout, to `all`.
   llmrt::Status appendQuantized(const PlanTensor &t, const SourceTensor &src,
                                 std::vector<float> &buffer, std::vector<uint8_t> &all) {
@@ -117,19 +116,7 @@ struct Lowering {
     all.resize(start + static_cast<size_t>(rows * rb));
     uint8_t *packed = all.data() + start;
     auto native = model.tensors->nativeFormat(src.name);
-    const bool widenNl = native && native->offset == quant::Offset::kNl && quant::nl_widened(*native) == f;
-    if (widenNl) {
-      ASSIGN_OR_RETURN(int64_t nrb, quant::row_bytes(*native, k));
-      std::vector<uint8_t> nl(static_cast<size_t>(rows * nrb));
-      RETURN_IF_ERROR(model.tensors->readPacked(src.name, nl.data()));
-      for (int64_t r = 0; r < rows; ++r) {
-        std::string bad = quant::check_row(*native, nl.data() + r * nrb, k);
-        if (!bad.empty())
-          return llmrt::invalid_argument("tensor '" + src.name + "' (" + quant::format_name(*native) + "), row " +
-                                         std::to_string(r) + ": " + bad);
-        quant::widen_nl_row(*native, nl.data() + r * nrb, k, packed + r * rb);
-      }
-    } else if (native && *native == f) {
+    if (native && *native == f) {
       RETURN_IF_ERROR(model.tensors->readPacked(src.name, packed));
       for (int64_t r = 0; r < rows; ++r) {
         std::string bad = quant::check_row(f, packed + r * rb, k);

@@ -91,12 +91,6 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         return signalPassFailure();
       }
       rtn = *f;
-      if (target == "cuda" && rtn->offset == llmrt::quant::Offset::kNl) {
-        module.emitError() << "--llm-pack-weights: " << quantize
-                           << " is read by the CPU kernels only (the CUDA kernels read int4 "
-                              "sym/zp/min and int8 codes)";
-        return signalPassFailure();
-      }
     }
     if (denseDtype != "f32" && denseDtype != "f16" && denseDtype != "bf16") {
       module.emitError() << "--llm-pack-weights: unknown dense-dtype '" << denseDtype
@@ -109,13 +103,8 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
       std::string chosen;
       if (isMatrix(w, embeddingLike)) {
         int64_t k = cast<RankedTensorType>(w.getType()).getDimSize(1);
-        if (w.getSourceQuantAttr() && !dequantize) {
+        if (w.getSourceQuantAttr() && !dequantize)
           chosen = w.getSourceQuantAttr().getValue().str();
-          // nl codes (GGUF IQ4_NL / IQ4_XS) for the CUDA kernels: the same values as int8 sym.
-          auto f = llmrt::quant::parse_format(chosen);
-          if (target == "cuda" && f.ok() && f->offset == llmrt::quant::Offset::kNl)
-            chosen = llmrt::quant::format_name(llmrt::quant::nl_widened(*f));
-        }
         else if (rtn && (!embeddingLike || quantizeEmbeddings))
           if (auto f = fitGroup(*rtn, k))
             chosen = llmrt::quant::format_name(*f);

@@ -78,9 +78,6 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
         return invalid_argument("quantized tensor '" + name + "' is not 2-D");
       StatusOr<quant::Layout> layout = quant::parse_layout(t->layout() ? t->layout()->str() : std::string());
       if (!layout.ok()) return layout.status().with_context("tensor '" + name + "'");
-      if (*layout == quant::Layout::kCudaMma8 && f->offset == quant::Offset::kNl)
-        return invalid_argument("tensor '" + name + "' holds " + qname + " codes in the " +
-                                quant::kLayoutCudaMma8 + " layout, which the CUDA kernels do not read");
       StatusOr<uint64_t> bytes = quant::tensor_bytes(*f, *layout, t->shape()->Get(0), t->shape()->Get(1));
       if (!bytes.ok()) return bytes.status().with_context("tensor '" + name + "'");
       want = *bytes;

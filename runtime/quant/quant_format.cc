@@ -383,27 +383,6 @@ std::string format_name(const Format& f) {
   return s;
 }
 
-Format nl_widened(const Format& f) {
-  Format w = f;
-  w.bits = 8;
-  w.offset = Offset::kSym;
-  return w;
-}
-
-void widen_nl_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
-  const int64_t g = group_elems(f, k), sb = scale_bytes(f.scale);
-  for (int64_t base = 0; base < k; base += g) {
-    std::memcpy(out, row, static_cast<size_t>(sb));
-    row += sb;
-    out += sb;
-    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, row += kSubBlock / 2, out += kSubBlock)
-      for (int i = 0; i < 16; ++i) {
-        out[i] = static_cast<uint8_t>(kNlGrid[row[i] & 0x0F]);
-        out[i + 16] = static_cast<uint8_t>(kNlGrid[row[i] >> 4]);
-      }
-  }
-}
-
 void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) {
   const int64_t g = group_elems(f, k);
   const int64_t gb = group_bytes(f, g), hb = header_bytes(f);

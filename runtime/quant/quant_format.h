@@ -17,9 +17,8 @@
 //
 // nl (int4 only, groups of 32 n) is GGUF's IQ4_NL (int4-g32-f16-nl, bit for bit) and IQ4_XS
 // (int4-g32-f32-nl, its sub-block scale d * (ls - 32) exact in f32): a code indexes a grid of 16
-// int8 values. The CPU reads it natively; the CUDA kernels do not, so llmc holds nl tensors of a
-// cuda_mma_n8 plan as int8 sym with the same scales and the grid values as codes (nl_widened:
-// the same values).
+// int8 values (the CPU kernels look them up with a byte shuffle, the CUDA ones with byte
+// permutes).
 //
 // A group is a multiple of 32 elements, or 16 for int8 sym (GGUF's 16-element sub-blocks); rows
 // are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32).
@@ -214,11 +213,6 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out);
 /// Checks one row's bytes beyond what sizes say: zero points within range and scales finite.
 /// Returns a message naming the first bad group, "" when fine.
 std::string check_row(const Format& f, const uint8_t* row, int64_t k);
-
-/// nl: the int8 sym format with f's group and scale type that holds the same values (codes
-/// kNlGrid[q]); widen_nl_row writes a row of f in it.
-Format nl_widened(const Format& f);
-void widen_nl_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);
 
 /// Round-to-nearest quantization of one row into f (the compiler's --quantize):
 ///   sym:  d = amax / qmax (qmax 127 for int8, 7 for int4), q = round(x / d) clamped;

@@ -177,7 +177,10 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
                         Case{"int8-g32-f32-zp", 8, 12448},
                         // GGUF's Q6_K (groups of 16: two scales a sub-block), Q4_K and Q5_K as held
                         Case{"int8-g16-f32-sym", 20, 96}, Case{"int8-g16-f32-sym", 12, 1056},
-                        Case{"int4-g32-f32-min", 16, 512}, Case{"int8-g32-f32-min", 9, 256}}) {
+                        Case{"int4-g32-f32-min", 16, 512}, Case{"int8-g32-f32-min", 9, 256},
+                        // GGUF's IQ4_NL and IQ4_XS (nl codes: grid values by byte permutes), nl in bf16
+                        Case{"int4-g32-f16-nl", 20, 96}, Case{"int4-g32-f32-nl", 12, 1056},
+                        Case{"int4-g128-bf16-nl", 8, 640}}) {
     llmc::LinearParams p;
     p.n = c.n;
     p.k = c.k;
@@ -387,7 +390,10 @@ TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
                         Case{"int8-g32-f32-zp", 8, 12448, 2, false},
                         // groups of 16 (Q6_K): a sub-block's two k-steps summed apart; Q4_K / Q5_K
                         Case{"int8-g16-f32-sym", 20, 96, 6, true}, Case{"int8-g16-f32-sym", 12, 1056, 2, false},
-                        Case{"int4-g32-f32-min", 16, 512, 3, false}, Case{"int8-g32-f32-min", 9, 256, 5, true}}) {
+                        Case{"int4-g32-f32-min", 16, 512, 3, false}, Case{"int8-g32-f32-min", 9, 256, 5, true},
+                        // nl codes (IQ4_NL, IQ4_XS): signed grid values into dp4a, no offset term
+                        Case{"int4-g32-f16-nl", 20, 96, 6, true}, Case{"int4-g32-f32-nl", 12, 1056, 2, false},
+                        Case{"int4-g128-bf16-nl", 16, 640, 1, false}}) {
     SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                  " T=" + std::to_string(c.T));
     llmc::LinearParams p;
@@ -483,7 +489,8 @@ TEST(DequantBf16Kernel, WritesEachWeightAsItsExactValueRoundedToBf16) {
                         Case{"int8-g64-f32-zp", 9, 192}, Case{"int8-row-bf16-min", 8, 224},
                         Case{"int4-row-f32-sym", 7, 64}, Case{"int4-g128-f16-sym", 24, 1152},
                         Case{"int4-g64-f16-zp", 9, 320}, Case{"int8-g16-f32-sym", 20, 96},
-                        Case{"int8-g16-f16-sym", 9, 1056}, Case{"int4-g32-f32-min", 16, 256}}) {
+                        Case{"int8-g16-f16-sym", 9, 1056}, Case{"int4-g32-f32-min", 16, 256},
+                        Case{"int4-g32-f16-nl", 20, 96}, Case{"int4-g64-f32-nl", 9, 320}}) {
     SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
     auto spec = llmc::emitDequantBf16Kernel(c.format, c.n, c.k);
     ASSERT_TRUE(spec.ok()) << spec.status().to_string();
@@ -596,7 +603,8 @@ TEST(EmbeddingKernel, EveryStorageReadsAsTheCpuDequantizesIt) {
                         Case{"int4-g32-f16-sym", 9, 64}, Case{"int4-g128-bf16-zp", 16, 256},
                         Case{"int8-g64-f32-zp", 11, 192}, Case{"int8-row-bf16-min", 8, 224},
                         Case{"int4-row-f32-sym", 7, 96}, Case{"int8-g16-f32-sym", 13, 160},
-                        Case{"int4-g32-f32-min", 9, 256}})
+                        Case{"int4-g32-f32-min", 9, 256}, Case{"int4-g32-f16-nl", 11, 96},
+                        Case{"int4-g64-f32-nl", 9, 192}})
     checkEmbedding(c.format, c.V, c.D);
   EXPECT_FALSE(llmc::emitEmbeddingKernel({0, 8}).ok());
   EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 100, "int4-g32-f16-sym"}).ok()); // 100 % 32 != 0
@@ -625,7 +633,8 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
   for (const Case &c : {Case{"int4-g128-f16-min", 8224, 128, 6, false, true}, Case{"int4-g32-f16-zp", 8224, 96, 3, true, false},
                         Case{"int8-g32-f16-sym", 64, 160, 6, false, true}, Case{"int4-g128-bf16-zp", 96, 256, 1, true, true},
                         Case{"int4-g64-f16-min", 32, 320, 5, false, false},
-                        Case{"int8-g16-f32-sym", 64, 160, 6, true, true}, Case{"int8-g16-f32-sym", 32, 96, 3, false, false}}) {
+                        Case{"int8-g16-f32-sym", 64, 160, 6, true, true}, Case{"int8-g16-f32-sym", 32, 96, 3, false, false},
+                        Case{"int4-g32-f32-nl", 64, 256, 2, true, true}}) {
     SCOPED_TRACE(std::string(c.format) + " inter=" + std::to_string(c.inter) + " k=" + std::to_string(c.k) +
                  " T=" + std::to_string(c.T) + (c.int8 ? " int8" : " f32"));
     const int n = 2 * c.inter;
@@ -896,7 +905,8 @@ TEST(LinearKernel, TensorCoreKernels) {
                         Case{"int8-row-f32-zp", 16, 64, 16, false, false},
                         Case{"f32", 13, 70, 40, true, false}, Case{"bf16", 16, 64, 70, false, true},
                         Case{"f16", 7, 33, 17, false, false}, Case{"int4-g32-f16-sym", 8, 64, 3, false, false},
-                        Case{"int8-g16-f32-sym", 20, 160, 40, true, false}}) {
+                        Case{"int8-g16-f32-sym", 20, 160, 40, true, false},
+                        Case{"int4-g32-f16-nl", 16, 96, 40, false, false}}) {
     llmc::LinearParams p;
     p.n = c.n;
     p.k = c.k;

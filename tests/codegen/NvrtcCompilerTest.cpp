@@ -125,6 +125,13 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitLinearKernel({4096, 14336, "int8-g16-f32-sym", false, false, true}));
   add(llmc::emitDequantBf16Kernel("int8-g16-f32-sym", 4096, 14336));
   add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g32-f32-min"}));
+  // GGUF IQ4_XS / IQ4_NL as held (nl codes): both activations' GEMVs, the tiles, the bf16
+  // conversion and the table read.
+  for (const bool int8 : {true, false})
+    add(llmc::emitLinearKernel({4096, 4096, "int4-g32-f32-nl", false, false, false, int8}));
+  add(llmc::emitLinearKernel({4096, 14336, "int4-g32-f16-nl", false, false, true}));
+  add(llmc::emitDequantBf16Kernel("int4-g32-f32-nl", 4096, 14336));
+  add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g32-f16-nl"}));
   // Llama-3-8B's decode gate|up with the SiLU-mul epilogue (Step.silu_kernel): int8 and f32
   // activations, Q4_1-like groups of 32.
   for (const bool int8 : {true, false}) {
@@ -412,10 +419,13 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       const bool gemv = (spec.family == "linear" || spec.family == "logits") &&
                         contains(spec.entry, "_mma8_") && !contains(spec.entry, "_tc_");
       EXPECT_LE(image.resources.spillBytes, !gemv ? 0u : contains(spec.entry, "_g16_") ? 192u : 112u);
-      // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, else unsigned.
+      // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8 and nl (the grid's
+      // values), else unsigned.
       if (contains(spec.entry, "_q8a_"))
-        EXPECT_TRUE(contains(image.ptx, contains(spec.entry, "int8_") && contains(spec.entry, "_sym_") ? "dp4a.s32.s32"
-                                                                                                   : "dp4a.u32.s32"));
+        EXPECT_TRUE(contains(image.ptx, (contains(spec.entry, "int8_") && contains(spec.entry, "_sym_")) ||
+                                                contains(spec.entry, "_nl_")
+                                            ? "dp4a.s32.s32"
+                                            : "dp4a.u32.s32"));
       if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
       // An f16 cache is written with the conversion instruction (round to nearest even).
@@ -488,7 +498,8 @@ TEST_F(NvrtcTest, QuantizedTensorCoreTilesDoNotSpillOnAnySku) {
   // image spills on any default SKU (a 64-register choice of ptxas spilled 16-48 bytes on
   // sm_86/89/90 before the tiles asked for 96).
   for (const char *weight : {"int4-g128-f16-zp", "int4-g128-f16-sym", "int4-g32-f16-min", "int8-g128-f16-sym",
-                             "int8-g128-bf16-zp", "int8-row-f32-sym", "int8-g16-f32-sym", "int4-g32-f32-min"})
+                             "int8-g128-bf16-zp", "int8-row-f32-sym", "int8-g16-f32-sym", "int4-g32-f32-min",
+                             "int4-g32-f32-nl"})
     for (int64_t k : {4096, 14336}) {
       auto spec = llmc::emitLinearKernel({k == 4096 ? 6144 : 4096, k, weight, false, false, true});
       ASSERT_TRUE(spec.ok()) << spec.status().to_string();

@@ -549,24 +549,6 @@ TEST(QuantLinear, FastContractScalarReadsNlCodesAsTheirGridValues) {
   }
 }
 
-TEST(QuantLinear, NlRowsWidenToInt8WithTheSameValues) {
-  for (const char* name : {"int4-g32-f16-nl", "int4-g64-bf16-nl", "int4-row-f32-nl"}) {
-    const Format f = *quant::parse_format(name), w = quant::nl_widened(f);
-    EXPECT_EQ(w.bits, 8);
-    EXPECT_EQ(w.offset, quant::Offset::kSym);
-    EXPECT_EQ(w.group, f.group);
-    EXPECT_EQ(w.scale, f.scale);
-    std::vector<float> x = random_vec(256, 17);
-    std::vector<uint8_t> row(*quant::row_bytes(f, 256)), wide(*quant::row_bytes(w, 256));
-    quant::quantize_row(f, x.data(), 256, row.data());
-    quant::widen_nl_row(f, row.data(), 256, wide.data());
-    std::vector<float> a(256), b(256);
-    quant::dequantize_row(f, row.data(), 256, a.data());
-    quant::dequantize_row(w, wide.data(), 256, b.data());
-    EXPECT_TRUE(bit_equal(a, b)) << name;
-  }
-}
-
 TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
   // Groups of 16: each activation block's integer sum taken per half, with that half's scale,
   // halves in element order (kernels.h), written out again over the row layout.

@@ -66,9 +66,13 @@ compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvfp8.fb" --target "$TARGET" --kv-c
 # through dequant_bf16 and the GEMM library.
 KQ4KM=$ROOT/tests/fixtures/kquant/tiny_q4_k_m.gguf
 compile "$KQ4KM" -o "$OUT/plans/kq4km_mma_lib.fb" --target "$TARGET" --weight-layout cuda-mma
+# llama.cpp's IQ4_XS of it (nl codes: the grid's values by byte permutes), the same two ways.
+KIQ4XS=$ROOT/tests/fixtures/kquant/tiny_iq4_xs.gguf
+compile "$KIQ4XS" -o "$OUT/plans/kiq4xs_mma_lib.fb" --target "$TARGET" --weight-layout cuda-mma
 compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 # ... and on the int8-activation GEMVs at every row count.
 compile "$KQ4KM" -o "$OUT/plans/kq4km_mma.fb" --target "$TARGET" --weight-layout cuda-mma
+compile "$KIQ4XS" -o "$OUT/plans/kiq4xs_mma.fb" --target "$TARGET" --weight-layout cuda-mma
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma.fb" --target "$TARGET" \
@@ -192,6 +196,8 @@ CONTRACT=fast case_ref awq4_mma_unfused awq4_mma 1e-2 "$PROMPT24" --no-fused-qua
 CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROMPT80"
 CONTRACT=fast case_ref kq4km_mma kq4km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq4km_mma_lib kq4km_mma_lib 2e-2 "$PROMPT80"
+CONTRACT=fast case_ref kiq4xs_mma kiq4xs_mma 1e-2 "$PROMPT24"
+CONTRACT=fast case_ref kiq4xs_mma_lib kiq4xs_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
 case_ref tiny_llama_tc_kvbf16 tiny_llama_tc_kvbf16 5e-3 "$PROMPT80"
