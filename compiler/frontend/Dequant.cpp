@@ -184,7 +184,7 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q4_K: return fmt(4, 32, ScaleType::kF32, Offset::kMin);
   case SourceDType::Q5_K: return fmt(8, 32, ScaleType::kF32, Offset::kMin);
   case SourceDType::Q6_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
-  case SourceDType::Q3_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
+  case SourceDType::Q3_K: return fmt(8, 256, ScaleType::kF16, Offset::kZeroPoint);
   case SourceDType::IQ4_NL: return fmt(4, 32, ScaleType::kF16, Offset::kNl);
   case SourceDType::IQ4_XS: return fmt(4, 32, ScaleType::kF32, Offset::kNl);
   default: return std::nullopt;
@@ -210,8 +210,8 @@ namespace {
 
 void storeF32(uint8_t *p, float v) { std::memcpy(p, &v, 4); }
 
-// The held bytes of one block at most: Q5_K's, Q3_K's and Q6_K's 256 elements, 8 groups of 40
-// bytes or 16 of 20.
+// The held bytes of one block at most: Q5_K's and Q6_K's 256 elements, 8 groups of 40 bytes or
+// 16 of 20.
 constexpr size_t kMaxHeldBlockBytes = 320;
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
@@ -326,21 +326,21 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
     }
     case SourceDType::Q3_K: {
       // { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }: element e = 128 h + 32 j + l has
-      // the 2 bits (qs[32 h + l] >> 2 j) & 3, minus 4 unless bit 4 h + j of hmask[l] is set,
-      // and the scale d * (sc - 32) of sub-block e / 16.
+      // the 2 bits (qs[32 h + l] >> 2 j) & 3, minus 4 unless bit 4 h + j of hmask[l] is set
+      // (c in -4..3), and sub-block e / 16's scale d * (sc - 32). (sc - 32) * c lies in
+      // -124..128: one group of 256 with the scale d and the code (sc - 32) * c + 127 over the
+      // zero point 127, d * ((sc - 32) * c) the same number as (d * (sc - 32)) * c.
       const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-      const float d = halfToFloat(loadU16(blk + 108));
-      for (int g = 0; g < 16; ++g) {
-        storeF32(out, d * static_cast<float>(q3Scale(g, scales) - 32));
-        out += 4;
-        for (int i = 0; i < 16; ++i) {
-          const int e = 16 * g + i, h = e / 128, j = e % 128 / 32, l = e % 32;
-          const int q = (qs[32 * h + l] >> (2 * j)) & 3;
-          const bool high = (hmask[l] >> (4 * h + j)) & 1;
-          out[i] = static_cast<uint8_t>(static_cast<int8_t>(q - (high ? 0 : 4)));
-        }
-        out += 16;
+      std::memcpy(out, blk + 108, 2); // d
+      out[2] = 127;
+      out += 3;
+      for (int e = 0; e < 256; ++e) {
+        const int h = e / 128, j = e % 128 / 32, l = e % 32;
+        const int q = (qs[32 * h + l] >> (2 * j)) & 3;
+        const bool high = (hmask[l] >> (4 * h + j)) & 1;
+        out[e] = static_cast<uint8_t>((q3Scale(e / 16, scales) - 32) * (q - (high ? 0 : 4)) + 127);
       }
+      out += 256;
       break;
     }
     case SourceDType::IQ4_XS: {

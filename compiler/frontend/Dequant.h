@@ -26,8 +26,9 @@
 //                                      -> int8-g16-f32-sym  320 bytes / 256
 //   Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; } 110 bytes / 256:
 //         16 sub-blocks of 16, y = (d * (sc - 32)) * q, q = 2 bits of qs minus
-//         4 where hmask's bit is clear (-4..3), sc 6-bit
-//                                      -> int8-g16-f32-sym  320 bytes / 256
+//         4 where hmask's bit is clear (-4..3), sc 6-bit; (sc - 32) * q is in
+//         -124..128, so one group of 256: y = d * (c - 127), c = (sc - 32) q + 127
+//                                      -> int8-g256-f16-zp  259 bytes / 256
 //   IQ4_NL: { f16 d; u8 qs[16]; } 18 bytes / 32, y = d * grid[q], grid
 //         ggml's 16 non-linear int8 values (quant::kNlGrid), nibbles as
 //         Q4_0                         -> int4-g32-f16-nl, bit for bit
@@ -37,7 +38,8 @@
 // (Q2_K, whose 16-element sub-blocks have a min, and the grid-coded IQ1 /
 // IQ2 / IQ3 types have no exact held format and are refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
-// is the one ggml's dequantization computes.
+// is the one ggml's dequantization computes (Q3_K's zeros aside: they take
+// d's sign, ggml's that of d * (sc - 32)).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

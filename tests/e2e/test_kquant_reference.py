@@ -30,7 +30,7 @@ FIX = FIXTURES / "kquant"
 FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf", "tiny_q3_k_m.gguf",
          "tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"]
 HELD = {"Q4_K": "int4-g32-f32-min", "Q5_K": "int8-g32-f32-min", "Q6_K": "int8-g16-f32-sym",
-        "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min", "Q3_K": "int8-g16-f32-sym",
+        "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min", "Q3_K": "int8-g256-f16-zp",
         "IQ4_NL": "int4-g32-f16-nl", "IQ4_XS": "int4-g32-f32-nl"}
 REF_TOL = 1e-4
 FAST_KL = 6e-3
