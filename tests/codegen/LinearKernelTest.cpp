@@ -180,7 +180,9 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
                         Case{"int4-g32-f32-min", 16, 512}, Case{"int8-g32-f32-min", 9, 256},
                         // GGUF's IQ4_NL and IQ4_XS (nl codes: grid values by byte permutes), nl in bf16
                         Case{"int4-g32-f16-nl", 20, 96}, Case{"int4-g32-f32-nl", 12, 1056},
-                        Case{"int4-g128-bf16-nl", 8, 640}}) {
+                        Case{"int4-g128-bf16-nl", 8, 640},
+                        // GGUF's Q3_K as held: a group of 256 over two spans, zero point 127
+                        Case{"int8-g256-f16-zp", 16, 768}}) {
     llmc::LinearParams p;
     p.n = c.n;
     p.k = c.k;
@@ -393,7 +395,7 @@ TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
                         Case{"int4-g32-f32-min", 16, 512, 3, false}, Case{"int8-g32-f32-min", 9, 256, 5, true},
                         // nl codes (IQ4_NL, IQ4_XS): signed grid values into dp4a, no offset term
                         Case{"int4-g32-f16-nl", 20, 96, 6, true}, Case{"int4-g32-f32-nl", 12, 1056, 2, false},
-                        Case{"int4-g128-bf16-nl", 16, 640, 1, false}}) {
+                        Case{"int4-g128-bf16-nl", 16, 640, 1, false}, Case{"int8-g256-f16-zp", 16, 768, 3, true}}) {
     SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                  " T=" + std::to_string(c.T));
     llmc::LinearParams p;
