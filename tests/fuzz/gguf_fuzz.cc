@@ -1,7 +1,9 @@
-// libFuzzer target: GGUF reader, metadata accessors, tokenizer extraction, the
-// GGUF → model mapping and tensor conversion (to f32 and to the held quantized formats). Any input must give a Status,
+// libFuzzer target: GGUF reader, metadata accessors, tokenizer extraction, every tensor's
+// conversion (to f32 and to its held quantized format, row by row, model or not), the GGUF →
+// model mapping and its tensors' conversion. Any input must give a Status,
 // never a crash, a hang or an ASan report.
 
+#include "compiler/frontend/Dequant.h"
 #include "compiler/frontend/Gguf.h"
 #include "runtime/quant/quant_format.h"
 
@@ -27,8 +29,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   (void)readGgufTokenizer(f);
   std::vector<float> buffer;
-  for (const GgufTensorInfo &t : f.tensors())
+  std::vector<uint8_t> held;
+  for (const GgufTensorInfo &t : f.tensors()) {
     (void)ggufToHfTensorName(t.name);
+    // Every tensor of a block type we read, model or not: to f32 and, per row, to its held format.
+    auto dtype = ggmlToSourceDType(t.type);
+    if (!dtype || t.numElements <= 0 || t.numElements > (1 << 20))
+      continue;
+    buffer.assign(static_cast<size_t>(t.numElements), 0.0f);
+    (void)dequantize(*dtype, f.tensorData(t), t.numBytes, t.numElements, buffer.data());
+    auto format = heldFormat(*dtype);
+    if (!format || t.dims.empty() || storageBytes(*dtype, t.numElements) != static_cast<int64_t>(t.numBytes))
+      continue;
+    const int64_t k = static_cast<int64_t>(t.dims[0]), rowBytes = storageBytes(*dtype, k);
+    auto heldRow = llmrt::quant::row_bytes(*format, k);
+    if (rowBytes <= 0 || !heldRow.ok() || t.numElements % k != 0)
+      continue;
+    held.assign(static_cast<size_t>(*heldRow), 0);
+    for (int64_t r = 0; r < t.numElements / k; ++r) {
+      repackBlocks(*dtype, f.tensorData(t) + r * rowBytes, k / blockElements(*dtype), held.data());
+      (void)llmrt::quant::check_row(*format, held.data(), k);
+      llmrt::quant::dequantize_row(*format, held.data(), k, buffer.data());
+    }
+  }
 
   auto model = loadGgufModel(std::move(file).value(), "fuzz.gguf");
   if (!model.ok())

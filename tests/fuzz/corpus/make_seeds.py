@@ -71,7 +71,24 @@ def tiny_llama(path: str, arch: str, quant: Q) -> None:
     w.close()
 
 
+def block_types(path: str) -> None:
+    """No model: two rows of 256 elements in each ggml block type that llmc holds in a wider or
+    non-linear format (Q5_0 ... IQ4_XS), random bytes in its blocks, for the fuzz target's
+    per-tensor conversion (dequantize and repackBlocks run before any model mapping)."""
+    rng = np.random.default_rng(7)
+    w = gguf.GGUFWriter(path, arch="llama")
+    for q in (Q.Q5_0, Q.Q5_1, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS):
+        block, size = gguf.GGML_QUANT_SIZES[q]
+        raw = rng.integers(0, 256, (2, 256 // block * size), dtype=np.uint8)
+        w.add_tensor(f"t_{q.name.lower()}", raw, raw_shape=raw.shape, raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main(out: str) -> None:
+    block_types(os.path.join(out, "gguf", "block_types.gguf"))
     tiny_llama(os.path.join(out, "gguf", "tiny_llama_q8_0.gguf"), "llama", Q.Q8_0)
     tiny_llama(os.path.join(out, "gguf", "tiny_qwen2_q4_1.gguf"), "qwen2", Q.Q4_1)
     tiny_llama(os.path.join(out, "gguf", "tiny_llama_q4_0.gguf"), "llama", Q.Q4_0)
