@@ -239,7 +239,7 @@ using TilesFn = void (*)(const QuantMatrix&, int64_t, int64_t, const int8_t* con
 // ISA: 0 AVX2, 1 AVX2 + AVX-VNNI, 2 AVX-512 VNNI.
 template <int ISA, int BITS, Offset OFF, quant::ScaleType S, int TB>
 TilesFn tiles_for() {
-  if constexpr (ISA == 2) return avx512::fast_tiles<BITS, OFF, S, TB, true>;
+  if constexpr (ISA == 2) return avx512::fast_tiles_x2<BITS, OFF, S, TB>;
   else return avx2::fast_tiles<BITS, OFF, S, TB, ISA == 1>;
 }
 
@@ -268,7 +268,7 @@ TilesFn pick_offset(const Format& f) {
 
 template <int ISA, quant::ScaleType S, int TB>
 TilesFn tiles16_for() {
-  if constexpr (ISA == 2) return avx512::fast_tiles16<S, TB, true>;
+  if constexpr (ISA == 2) return avx512::fast_tiles16_x2<S, TB>;
   else return avx2::fast_tiles16<S, TB, ISA == 1>;
 }
 
