@@ -73,6 +73,9 @@ compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 # ... and on the int8-activation GEMVs at every row count.
 compile "$KQ4KM" -o "$OUT/plans/kq4km_mma.fb" --target "$TARGET" --weight-layout cuda-mma
 compile "$KIQ4XS" -o "$OUT/plans/kiq4xs_mma.fb" --target "$TARGET" --weight-layout cuda-mma
+# ... and its Q3_K_M (Q3_K as int8-g256-f16-zp, with Q4_K, Q5_K and Q6_K tensors).
+compile "$ROOT/tests/fixtures/kquant/tiny_q3_k_m.gguf" -o "$OUT/plans/kq3km_mma.fb" --target "$TARGET" \
+  --weight-layout cuda-mma
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
 compile "$QUANT/gptq_4bit_desc_act" -o "$OUT/plans/gptq4_desc_act_mma.fb" --target "$TARGET" \
@@ -197,6 +200,7 @@ CONTRACT=fast case_ref gptq4_desc_act_mma_lib gptq4_desc_act_mma_lib 2e-2 "$PROM
 CONTRACT=fast case_ref kq4km_mma kq4km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq4km_mma_lib kq4km_mma_lib 2e-2 "$PROMPT80"
 CONTRACT=fast case_ref kiq4xs_mma kiq4xs_mma 1e-2 "$PROMPT24"
+CONTRACT=fast case_ref kq3km_mma kq3km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kiq4xs_mma_lib kiq4xs_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"
