@@ -292,6 +292,12 @@ TilesFn pick_tiles(const Format& f) {
   return pick_bits<0, TB>(f);
 }
 
+// Eight tokens a pass, AVX-512 only (its 32 registers hold them; SmolLM2 prefill 6-9% faster than
+// four, side by side; on AVX2 no faster): null elsewhere.
+TilesFn pick_tiles8(const Format& f) {
+  return active_isa() >= CpuIsa::kAvx512Vnni ? pick_bits<2, 8>(f) : nullptr;
+}
+
 #endif  // LLMRT_HAVE_X86
 
 bool avx2_active() {
@@ -327,16 +333,16 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
   });
 #ifdef LLMRT_HAVE_X86
   if (avx2_active() && w.layout == quant::Layout::kInterleaved8) {
-    TilesFn tiles4 = pick_tiles<4>(w.format), tiles1 = pick_tiles<1>(w.format);
+    TilesFn tiles8 = pick_tiles8(w.format), tiles4 = pick_tiles<4>(w.format), tiles1 = pick_tiles<1>(w.format);
     constexpr int64_t R = quant::kTileRows;
     // split_linear_work hands out column ranges in units of 16: whole tiles.
     split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int) {
       const int64_t tile0 = n0 / R, tile1 = (n1 + R - 1) / R;
       int64_t t = t0;
       const auto run = [&](TilesFn fn, int tb) {
-        const int8_t* qx[4];
-        const float *dx[4], *sx[4];
-        const int32_t* ix[4];
+        const int8_t* qx[8];
+        const float *dx[8], *sx[8];
+        const int32_t* ix[8];
         for (int i = 0; i < tb; ++i) {
           qx[i] = sc.qx + (t + i) * k;
           dx[i] = sc.dx + (t + i) * nb;
@@ -345,6 +351,8 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
         }
         fn(w, tile0, tile1, qx, dx, sx, ix, bias, y + t * n, n);
       };
+      if (tiles8)
+        for (; t + 8 <= t1; t += 8) run(tiles8, 8);
       for (; t + 4 <= t1; t += 4) run(tiles4, 4);
       for (; t < t1; ++t) run(tiles1, 1);
     });

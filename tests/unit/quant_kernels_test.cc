@@ -441,7 +441,7 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
          return v;
        }()) {
     Case c = make_case(name, n, 512, 21);
-    for (int64_t rows : {1, 3, 4, 9}) {
+    for (int64_t rows : {1, 3, 4, 9, 13}) {  // AVX-512: passes of 8, 4 and 1 tokens
       std::vector<float> x = random_vec(rows * c.k, 31 + rows);
       x[7] = 0.0f;  // a block with a zero element and one all-zero block
       std::fill(x.begin() + 64, x.begin() + 96, 0.0f);
@@ -606,7 +606,7 @@ TEST(QuantLinear, ResultsDoNotDependOnBatchRowsOrThreads) {
   for (cpu::CpuContract contract : {cpu::CpuContract::kReference, cpu::CpuContract::kFast}) {
     for (const char* name : {"int4-g32-f16-min", "int8-g32-f16-sym", "int4-g128-f16-zp"}) {
       Case c = make_case(name, 50, 256, 61);
-      const int64_t rows = 7;
+      const int64_t rows = 11;  // AVX-512: a pass of 8 tokens, then 1 at a time
       std::vector<float> x = random_vec(rows * c.k, 63);
       std::vector<float> all = run_q(c, x, rows, contract, 3, true);
       for (int64_t t = 0; t < rows; ++t) {
