@@ -334,11 +334,14 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
       std::memcpy(out, blk + 108, 2); // d
       out[2] = 127;
       out += 3;
-      for (int e = 0; e < 256; ++e) {
-        const int h = e / 128, j = e % 128 / 32, l = e % 32;
-        const int q = (qs[32 * h + l] >> (2 * j)) & 3;
-        const bool high = (hmask[l] >> (4 * h + j)) & 1;
-        out[e] = static_cast<uint8_t>((q3Scale(e / 16, scales) - 32) * (q - (high ? 0 : 4)) + 127);
+      for (int s = 0; s < 16; ++s) {
+        const int sc = q3Scale(s, scales) - 32;
+        for (int e = 16 * s; e < 16 * s + 16; ++e) {
+          const int h = e / 128, j = e % 128 / 32, l = e % 32;
+          const int q = (qs[32 * h + l] >> (2 * j)) & 3;
+          const bool high = (hmask[l] >> (4 * h + j)) & 1;
+          out[e] = static_cast<uint8_t>(sc * (q - (high ? 0 : 4)) + 127);
+        }
       }
       out += 256;
       break;

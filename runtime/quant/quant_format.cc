@@ -498,12 +498,12 @@ void quantize_row_nl(const Format& f, const float* x, int64_t k, uint8_t* out) {
 }  // namespace
 
 void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
+  if (f.offset == Offset::kNl) return quantize_row_nl(f, x, k, out);
   const int64_t g = group_elems(f, k);
   const int64_t gb = group_bytes(f, g), hb = header_bytes(f);
   const int sb = scale_bytes(f.scale);
   int lo, hi;
   code_range(f, &lo, &hi);
-  if (f.offset == Offset::kNl) return quantize_row_nl(f, x, k, out);
   for (int64_t base = 0; base < k; base += g, out += gb) {
     const float* v = x + base;
     float mn, mx;
