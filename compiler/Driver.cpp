@@ -275,6 +275,8 @@ llmrt::Status compile(const CompileOptions &opts) {
       auto format = model.tensors->nativeFormat(t.name);
       if (!format || t.shape.size() != 2)
         continue;
+      if (opts.weightLayout == "cuda-mma") // (sub-scales expanded for the CUDA kernels)
+        format = llmrt::quant::without_sub_scales(*format);
       auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
       if (!rowBytes.ok())
         continue;

@@ -116,13 +116,24 @@ struct Lowering {
     all.resize(start + static_cast<size_t>(rows * rb));
     uint8_t *packed = all.data() + start;
     auto native = model.tensors->nativeFormat(src.name);
-    if (native && *native == f) {
-      RETURN_IF_ERROR(model.tensors->readPacked(src.name, packed));
+    if (native && (*native == f || (native->sub != 0 && quant::without_sub_scales(*native) == f))) {
+      // The checkpoint's blocks, or (a plan for GPUs) their sub-scales expanded: the same values.
+      const bool expand = !(*native == f);
+      ASSIGN_OR_RETURN(int64_t nrb, quant::row_bytes(*native, k));
+      std::vector<uint8_t> rowsNative;
+      uint8_t *in = packed;
+      if (expand) {
+        rowsNative.resize(static_cast<size_t>(rows * nrb));
+        in = rowsNative.data();
+      }
+      RETURN_IF_ERROR(model.tensors->readPacked(src.name, in));
       for (int64_t r = 0; r < rows; ++r) {
-        std::string bad = quant::check_row(f, packed + r * rb, k);
+        std::string bad = quant::check_row(*native, in + r * nrb, k);
         if (!bad.empty())
-          return llmrt::invalid_argument("tensor '" + src.name + "' (" + t.quant + "), row " +
+          return llmrt::invalid_argument("tensor '" + src.name + "' (" + quant::format_name(*native) + "), row " +
                                          std::to_string(r) + ": " + bad);
+        if (expand)
+          quant::expand_sub_scales(*native, in + r * nrb, k, packed + r * rb);
       }
     } else {
       buffer.resize(static_cast<size_t>(rows * k));

@@ -46,7 +46,18 @@ bool isMatrix(WeightOp w, bool &embeddingLike) {
 /// `f` with a group that divides rows of k elements: the largest multiple of
 /// 32 not above f.group that divides k (32 always does when k % 32 == 0); a
 /// group of 16 (int8 sym) or a whole row as it is, where rows of k fit it.
+/// With sub-scales the largest multiple of the sub-block above it, else groups
+/// of the sub-block without sub-scales (f16/bf16 scales as asked).
 std::optional<llmrt::quant::Format> fitGroup(llmrt::quant::Format f, int64_t k) {
+  if (f.sub != 0) {
+    for (int64_t g = f.group; g > f.sub; g -= f.sub)
+      if (k % g == 0) {
+        f.group = g;
+        return f;
+      }
+    f.group = f.sub;
+    f.sub = 0;
+  }
   if (f.group == 0 || f.group < llmrt::quant::kSubBlock)
     return llmrt::quant::row_bytes(f, k).ok() ? std::optional(f) : std::nullopt;
   for (int64_t g = f.group; g >= llmrt::quant::kSubBlock; g -= llmrt::quant::kSubBlock)
@@ -91,6 +102,14 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         return signalPassFailure();
       }
       rtn = *f;
+      if (target == "cuda" && f->sub != 0) {
+        module.emitError() << "--llm-pack-weights: " << quantize
+                           << " has sub-scales, which the CUDA kernels do not read; for cuda "
+                              "quantize to a format without them (e.g. "
+                           << llmrt::quant::format_name(llmrt::quant::without_sub_scales(*f))
+                           << ", the same values per sub-block)";
+        return signalPassFailure();
+      }
     }
     if (denseDtype != "f32" && denseDtype != "f16" && denseDtype != "bf16") {
       module.emitError() << "--llm-pack-weights: unknown dense-dtype '" << denseDtype
@@ -103,8 +122,14 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
       std::string chosen;
       if (isMatrix(w, embeddingLike)) {
         int64_t k = cast<RankedTensorType>(w.getType()).getDimSize(1);
-        if (w.getSourceQuantAttr() && !dequantize)
+        if (w.getSourceQuantAttr() && !dequantize) {
           chosen = w.getSourceQuantAttr().getValue().str();
+          // The CUDA kernels read no sub-scales: the same values with f32
+          // scales per sub-block (the plan writer expands the blocks exactly).
+          auto f = llmrt::quant::parse_format(chosen);
+          if (target == "cuda" && f.ok() && f->sub != 0)
+            chosen = llmrt::quant::format_name(llmrt::quant::without_sub_scales(*f));
+        }
         else if (rtn && (!embeddingLike || quantizeEmbeddings))
           if (auto f = fitGroup(*rtn, k))
             chosen = llmrt::quant::format_name(*f);

@@ -18,12 +18,17 @@ def PackWeights : Pass<"llm-pack-weights", "::mlir::ModuleOp"> {
     `llm.linear`, `llm.logits` or `llm.embedding` and that are 2-D. Each gets
     `quant = <format>` (runtime/quant/quant_format.h):
       * its `source_quant` (the checkpoint's blocks are kept bit for bit),
-        unless `dequantize`;
+        unless `dequantize`; for target cuda a format with sub-scales becomes
+        its expansion (groups of the sub-block, f32 scales: the same values),
+        which the CUDA kernels read;
       * else, with `quantize = <format>`, that format (round-to-nearest
         quantization by the plan writer), for embedding / lm_head matrices
         only when `quantize-embeddings`. When the rows are not a whole number
         of groups, the largest multiple of 32 below the group size that
-        divides them is used (a 576-wide row takes int4-g64 for int4-g128).
+        divides them is used (a 576-wide row takes int4-g64 for int4-g128;
+        with sub-scales a multiple of the sub-block above it, else groups of
+        the sub-block without sub-scales). Target cuda refuses a format with
+        sub-scales here.
     Other matrices are stored as `dense-dtype`: f32 (default, no `quant`),
     or `quant = "bf16"` / `"f16"` (dense, row-major, rounded to nearest
     even). Norm weights and biases stay f32. (With `dequantize` and no `quantize`: every

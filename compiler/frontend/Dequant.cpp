@@ -172,8 +172,8 @@ void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out) {
 std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   using llmrt::quant::Offset;
   using llmrt::quant::ScaleType;
-  auto fmt = [](int bits, int64_t group, ScaleType scale, Offset offset) {
-    return std::optional(llmrt::quant::Format{bits, group, scale, offset});
+  auto fmt = [](int bits, int64_t group, ScaleType scale, Offset offset, int64_t sub = 0) {
+    return std::optional(llmrt::quant::Format{bits, group, scale, offset, sub});
   };
   switch (type) {
   case SourceDType::Q8_0: return fmt(8, 32, ScaleType::kF16, Offset::kSym);
@@ -181,12 +181,12 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q4_1: return fmt(4, 32, ScaleType::kF16, Offset::kMin);
   case SourceDType::Q5_0: return fmt(8, 32, ScaleType::kF16, Offset::kZeroPoint);
   case SourceDType::Q5_1: return fmt(8, 32, ScaleType::kF16, Offset::kMin);
-  case SourceDType::Q4_K: return fmt(4, 32, ScaleType::kF32, Offset::kMin);
-  case SourceDType::Q5_K: return fmt(8, 32, ScaleType::kF32, Offset::kMin);
-  case SourceDType::Q6_K: return fmt(8, 16, ScaleType::kF32, Offset::kSym);
+  case SourceDType::Q4_K: return fmt(4, 256, ScaleType::kF16, Offset::kMin, 32);
+  case SourceDType::Q5_K: return fmt(8, 256, ScaleType::kF16, Offset::kMin, 32);
+  case SourceDType::Q6_K: return fmt(8, 256, ScaleType::kF16, Offset::kSym, 16);
   case SourceDType::Q3_K: return fmt(8, 256, ScaleType::kF16, Offset::kZeroPoint);
   case SourceDType::IQ4_NL: return fmt(4, 32, ScaleType::kF16, Offset::kNl);
-  case SourceDType::IQ4_XS: return fmt(4, 32, ScaleType::kF32, Offset::kNl);
+  case SourceDType::IQ4_XS: return fmt(4, 256, ScaleType::kF16, Offset::kNl, 32);
   default: return std::nullopt;
   }
 }
@@ -208,11 +208,8 @@ bool widenedBlocks(SourceDType type) {
 
 namespace {
 
-void storeF32(uint8_t *p, float v) { std::memcpy(p, &v, 4); }
-
-// The held bytes of one block at most: Q5_K's and Q6_K's 256 elements, 8 groups of 40 bytes or
-// 16 of 20.
-constexpr size_t kMaxHeldBlockBytes = 320;
+// The held bytes of one block at most: Q5_K's 256 elements, 20 header bytes and 256 codes.
+constexpr size_t kMaxHeldBlockBytes = 276;
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
 // (j < 4: the low 6 bits of bytes j and j + 4; else 4 bits from byte j + 4
@@ -227,17 +224,22 @@ void kScaleMin(int j, const uint8_t *s, int *sc, int *m) {
   }
 }
 
-// One Q4_K / Q5_K block as 8 groups of 32 with f32 scale d * sc and min
-// -(dmin * m); `codes(j, l)` is element l of sub-block j.
+// One Q4_K / Q5_K block as a group of 256 with sub-scales of 32: d, -dmin
+// (the half's sign flipped: exact), the 8 codes sc, the 8 codes m, then
+// the codes; `codes(j, l)` is element l of sub-block j.
 template <typename Codes>
 uint8_t *kGroups(const uint8_t *block, int bits, Codes &&codes, uint8_t *out) {
-  const float d = halfToFloat(loadU16(block)), dmin = halfToFloat(loadU16(block + 2));
+  std::memcpy(out, block, 2);
+  const uint16_t negMin = loadU16(block + 2) ^ 0x8000u;
+  std::memcpy(out + 2, &negMin, 2);
   for (int j = 0; j < 8; ++j) {
     int sc, m;
     kScaleMin(j, block + 4, &sc, &m);
-    storeF32(out, d * static_cast<float>(sc));
-    storeF32(out + 4, -(dmin * static_cast<float>(m)));
-    out += 8;
+    out[4 + j] = static_cast<uint8_t>(sc);
+    out[12 + j] = static_cast<uint8_t>(m);
+  }
+  out += 20;
+  for (int j = 0; j < 8; ++j) {
     if (bits == 4) {
       for (int l = 0; l < 16; ++l)
         out[l] = static_cast<uint8_t>(codes(j, l) | (codes(j, l + 16) << 4));
@@ -306,11 +308,10 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
     }
     case SourceDType::Q6_K: {
       const uint8_t *ql = blk, *qh = blk + 128;
-      const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
-      const float d = halfToFloat(loadU16(blk + 208));
+      std::memcpy(out, blk + 208, 2);       // d
+      std::memcpy(out + 2, blk + 192, 16);  // the 16 int8 scales
+      out += 18;
       for (int g = 0; g < 16; ++g) { // elements 16 g .. 16 g + 15
-        storeF32(out, d * static_cast<float>(sc[g]));
-        out += 4;
         for (int i = 0; i < 16; ++i) {
           const int e = 16 * g + i, n = e / 128, quarter = e % 128 / 32, l = e % 32;
           // quarters 0, 1: low nibbles of ql[l], ql[l + 32]; 2, 3: high nibbles;
@@ -350,14 +351,14 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
       // { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }: sub-block s of 32 has the 6-bit
       // scale ls = nibble s % 2 of scales_l[s / 2] | bits 2 s of scales_h << 4, y = d * (ls - 32)
       // * grid[q], its 16 code bytes at qs[16 s] as in IQ4_NL (and our int4 groups).
-      const float d = halfToFloat(loadU16(blk));
       const uint16_t high = loadU16(blk + 2);
+      std::memcpy(out, blk, 2); // d
       for (int s = 0; s < 8; ++s) {
         const int ls = ((blk[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | ((high >> (2 * s)) & 3) << 4;
-        storeF32(out, d * static_cast<float>(ls - 32));
-        std::memcpy(out + 4, blk + 8 + 16 * s, 16);
-        out += 20;
+        out[2 + s] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
       }
+      std::memcpy(out + 10, blk + 8, 128);
+      out += 138;
       break;
     }
     default:

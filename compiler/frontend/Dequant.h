@@ -18,12 +18,13 @@
 //   (q's 5th bit: bit j of qh for element j; low 4 bits as in Q4_0)
 //   Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128]; } 144 bytes / 256:
 //         8 sub-blocks of 32 with 6-bit scale sc and min m packed in scales;
-//         y = (d * sc) * q - dmin * m  -> int4-g32-f32-min  192 bytes / 256
+//         y = (d * sc) * q - dmin * m  -> int4-g256s32-f16-min  148 bytes / 256
+//         (sub-scales: d, -dmin, the codes sc and m unpacked to a byte each)
 //   Q5_K: Q4_K's header, then u8 qh[32], u8 qs[128]: 176 bytes / 256,
-//         5-bit q                      -> int8-g32-f32-min  320 bytes / 256
+//         5-bit q                      -> int8-g256s32-f16-min  276 bytes / 256
 //   Q6_K: { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; } 210 bytes / 256:
 //         16 sub-blocks of 16, y = (d * sc) * (q - 32), q 6-bit
-//                                      -> int8-g16-f32-sym  320 bytes / 256
+//                                      -> int8-g256s16-f16-sym  274 bytes / 256
 //   Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; } 110 bytes / 256:
 //         16 sub-blocks of 16, y = (d * (sc - 32)) * q, q = 2 bits of qs minus
 //         4 where hmask's bit is clear (-4..3), sc 6-bit; (sc - 32) * q is in
@@ -34,11 +35,13 @@
 //         Q4_0                         -> int4-g32-f16-nl, bit for bit
 //   IQ4_XS: { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; } 136 / 256:
 //         8 sub-blocks of 32, y = (d * (ls - 32)) * grid[q], ls 6-bit
-//                                      -> int4-g32-f32-nl   160 bytes / 256
+//                                      -> int4-g256s32-f16-nl   138 bytes / 256
 // (Q2_K, whose 16-element sub-blocks have a min, and the grid-coded IQ1 /
 // IQ2 / IQ3 types have no exact held format and are refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
-// is the one ggml's dequantization computes (Q3_K's zeros aside: they take
+// is the one ggml's dequantization computes (and the sub-scale formats' values
+// are those of their f32-scale expansion, which plans for GPUs hold:
+// quant::expand_sub_scales) (Q3_K's zeros aside: they take
 // d's sign, ggml's that of d * (sc - 32)).
 //
 //===----------------------------------------------------------------------===//

@@ -109,7 +109,9 @@ void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& bod
 //    min: q; nl: kNlGrid[nibble]) each block b gives the exact integer P_b = sum over its 32 elements of c_i * q_i;
 //    in block order acc = fma(dw * dx_b, float(P_b), acc) and msum = fma(m, s_b, msum) (min
 //    formats; else msum = 0); y = acc + msum, then + bias. Groups of 16 (int8 sym) split a
-//    block in two: P_b's halves, each with its group's dw, in element order. (|P_b| < 2^24,
+//    block in two: P_b's halves, each with its group's dw, in element order. With sub-scales
+//    dw and m are the sub-block's d * sc_j and dmin * mc_j (exact f32 products), so the
+//    results are those of the expanded format (quant::expand_sub_scales). (|P_b| < 2^24,
 //    so float(P_b) is exact.) The scalar implementation is the oracle; the SIMD ones (cpu_interleaved8 layout:
 //    8 weight rows per 32-bit lane, no horizontal sums; AVX-512: two tiles, 16 rows, at a time)
 //    are bit-identical.

@@ -6,8 +6,10 @@
 #include <cstring>
 
 // GCC 12 warns "'__Y' may be used uninitialized" inside its own avx512fintrin.h for intrinsics
-// built on _mm512_undefined_*(), inlined here (a known false positive of the header).
+// built on _mm512_undefined_*(), inlined here (a known false positive of the header; as
+// "'__Y' is used uninitialized" for _mm512_broadcast_i32x4).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/kernels.h"
@@ -57,14 +59,13 @@ namespace {
 struct RowView {
   const Format& f;
   const uint8_t* base;  // the row (row layout) or its tile (interleaved)
-  int64_t gb, hb, cb;   // group, header and per-row sub-block code bytes
+  int64_t gb, hb;       // group and header bytes
   int sb, r;            // scale bytes; row within the tile (-1: row layout)
 
   RowView(const QuantMatrix& w, int64_t row)
       : f(w.format),
         gb(quant::group_bytes(w.format, quant::group_elems(w.format, w.k))),
         hb(quant::header_bytes(w.format)),
-        cb(quant::kSubBlock * w.format.bits / 8),
         sb(quant::scale_bytes(w.format.scale)) {
     if (w.layout == quant::Layout::kInterleaved8) {
       base = w.data + row / quant::kTileRows * quant::kTileRows * w.row_bytes;
@@ -80,10 +81,19 @@ struct RowView {
     return quant::load_scale(f.scale, g + (r < 0 ? sb : quant::kTileRows * sb + r * sb));
   }
   int zero_point(const uint8_t* g) const { return r < 0 ? g[sb] : g[quant::kTileRows * sb + r]; }
-  // Byte i (< cb) of sub-block s of group g in the row layout's order.
-  uint8_t code_byte(const uint8_t* g, int64_t s, int64_t i) const {
-    if (r < 0) return g[hb + s * cb + i];
-    return g[quant::kTileRows * (hb + s * cb) + 32 * (i / 4) + 4 * r + i % 4];
+  // Sub-scales: sub-block j's scale d * sc_j and (min) min dmin * mc_j (quant_format.h).
+  void sub_scale(const uint8_t* g, int64_t j, float* d, float* m) const {
+    if (r < 0) return quant::sub_block_scale(f, g, j, d, m);
+    const int64_t bhb = quant::base_header_bytes(f), at = quant::kTileRows * (bhb + j) + r;
+    *d = scale(g) * static_cast<float>(static_cast<int8_t>(g[at]));
+    *m = f.offset == Offset::kMin
+             ? min(g) * static_cast<float>(static_cast<int8_t>(g[at + quant::kTileRows * quant::sub_scales(f)]))
+             : 0.0f;
+  }
+  // Code byte `off` of group g in the row layout's order (from the first code byte).
+  uint8_t code_byte(const uint8_t* g, int64_t off) const {
+    if (r < 0) return g[hb + off];
+    return g[quant::kTileRows * hb + 32 * (off / 4) + 4 * r + off % 4];
   }
 };
 
@@ -113,35 +123,44 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
                         const float* sx) {
   const Format& f = w.format;
   const RowView v(w, row);
-  const int64_t g = quant::group_elems(f, w.k);
-  // A group's pieces: its 32-element sub-blocks, or the group itself when it is half of one
-  // (int8 sym only): each piece's integer sum is scaled by the group's scale and its block's.
-  const int64_t piece = std::min(g, quant::kSubBlock);
+  const int64_t g = quant::group_elems(f, w.k), pe = quant::scale_elems(f, w.k);
+  // A scale's pieces: its 32-element sub-blocks, or the 16 elements it scales when that is half
+  // of one (int8 sym only): each piece's integer sum is scaled by its scale and its block's.
+  const int64_t piece = std::min(pe, quant::kSubBlock);
   float acc = 0.0f, msum = 0.0f;
   for (int64_t gi = 0; gi < w.k / g; ++gi) {
     const uint8_t* grp = v.group(gi);
-    const float dw = v.scale(grp);
-    const float m = f.offset == Offset::kMin ? v.min(grp) : 0.0f;
     int z = 0;
     if (f.offset == Offset::kZeroPoint) z = v.zero_point(grp);
     else if (f.offset == Offset::kSym && f.bits == 4) z = 8;
-    for (int64_t s = 0; s < g / piece; ++s) {
-      const int64_t e0 = gi * g + s * piece, b = e0 / quant::kSubBlock;
-      const int8_t* xq = qx + e0;
-      int32_t p = 0;
-      for (int i = 0; i < piece; ++i) {
-        int c;
-        if (f.bits == 8) {
-          const uint8_t byte = v.code_byte(grp, s, i);
-          c = f.offset == Offset::kSym ? static_cast<int8_t>(byte) : byte - z;
-        } else {
-          c = i < 16 ? v.code_byte(grp, s, i) & 0x0F : v.code_byte(grp, s, i - 16) >> 4;
-          c = f.offset == Offset::kNl ? quant::kNlGrid[c] : c - z;
-        }
-        p += c * xq[i];
+    for (int64_t u = 0; u < g / pe; ++u) {
+      float dw, m = 0.0f;
+      if (f.sub != 0) {
+        v.sub_scale(grp, u, &dw, &m);
+      } else {
+        dw = v.scale(grp);
+        if (f.offset == Offset::kMin) m = v.min(grp);
       }
-      acc = std::fma(dw * dx[b], static_cast<float>(p), acc);
-      if (f.offset == Offset::kMin) msum = std::fma(m, sx[b], msum);
+      for (int64_t s = 0; s < pe / piece; ++s) {
+        const int64_t off = u * pe + s * piece;  // element offset in the group
+        const int64_t e0 = gi * g + off, b = e0 / quant::kSubBlock;
+        const int8_t* xq = qx + e0;
+        int32_t p = 0;
+        for (int i = 0; i < piece; ++i) {
+          int c;
+          if (f.bits == 8) {
+            const uint8_t byte = v.code_byte(grp, off + i);
+            c = f.offset == Offset::kSym ? static_cast<int8_t>(byte) : byte - z;
+          } else {  // sub-block off / 32: element i in byte i % 16, the high nibble from 16
+            const uint8_t byte = v.code_byte(grp, off / 2 + i % 16);
+            c = i < 16 ? byte & 0x0F : byte >> 4;
+            c = f.offset == Offset::kNl ? quant::kNlGrid[c] : c - z;
+          }
+          p += c * xq[i];
+        }
+        acc = std::fma(dw * dx[b], static_cast<float>(p), acc);
+        if (f.offset == Offset::kMin) msum = std::fma(m, sx[b], msum);
+      }
     }
   }
   return acc + msum;
@@ -198,6 +217,11 @@ LLMRT_AVX2_F16C inline __m256 load_scales8(const uint8_t* p) {
     if constexpr (S == quant::ScaleType::kF16) return _mm256_cvtph_ps(h);
     else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
+}
+
+// The 8 rows' int8 sub-scale codes of a tile group (quant_format.h) as f32.
+LLMRT_AVX2_F16C inline __m256 load_codes8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 // acc + per 32-bit lane the sum of the four products u_i * s_i (u unsigned, s signed bytes);
@@ -274,7 +298,7 @@ TilesFn tiles16_for() {
 
 template <int ISA, int TB>
 TilesFn pick_bits(const Format& f) {
-  if (f.group == quant::kHalfGroup) {  // int8 sym (parse_format allows no other)
+  if (quant::scale_elems(f, f.group) == quant::kHalfGroup) {  // int8 sym (parse_format allows no other)
     switch (f.scale) {
       case quant::ScaleType::kF16: return tiles16_for<ISA, quant::ScaleType::kF16, TB>();
       case quant::ScaleType::kBF16: return tiles16_for<ISA, quant::ScaleType::kBF16, TB>();

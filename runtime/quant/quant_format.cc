@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace llmrt::quant {
 namespace {
@@ -61,7 +62,7 @@ uint16_t float_to_half(float x) {
 
 int scale_bytes(ScaleType t) { return t == ScaleType::kF32 ? 4 : 2; }
 
-int64_t header_bytes(const Format& f) {
+int64_t base_header_bytes(const Format& f) {
   const int s = scale_bytes(f.scale);
   switch (f.offset) {
     case Offset::kSym: return s;
@@ -70,6 +71,39 @@ int64_t header_bytes(const Format& f) {
     case Offset::kNl: return s;
   }
   return s;
+}
+
+int64_t header_bytes(const Format& f) {
+  return base_header_bytes(f) + sub_scales(f) * (f.offset == Offset::kMin ? 2 : 1);
+}
+
+void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, float* m) {
+  const int64_t hb = base_header_bytes(f), nsub = sub_scales(f);
+  *d = load_scale(f.scale, h) * static_cast<float>(static_cast<int8_t>(h[hb + j]));
+  *m = f.offset == Offset::kMin
+           ? load_scale(f.scale, h + scale_bytes(f.scale)) * static_cast<float>(static_cast<int8_t>(h[hb + nsub + j]))
+           : 0.0f;
+}
+
+Format without_sub_scales(const Format& f) {
+  if (f.sub == 0) return f;
+  return Format{f.bits, f.sub, ScaleType::kF32, f.offset, 0};
+}
+
+void expand_sub_scales(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
+  const Format w = without_sub_scales(f);
+  const int64_t gb = group_bytes(f, f.group), hb = header_bytes(f), nsub = sub_scales(f);
+  const int64_t code_bytes = f.sub * f.bits / 8;
+  for (int64_t gi = 0; gi < k / f.group; ++gi, row += gb)
+    for (int64_t j = 0; j < nsub; ++j) {
+      float d, m;
+      sub_block_scale(f, row, j, &d, &m);
+      std::memcpy(out, &d, 4);
+      if (w.offset == Offset::kMin) std::memcpy(out + 4, &m, 4);
+      out += base_header_bytes(w);
+      std::memcpy(out, row + hb + j * code_bytes, static_cast<size_t>(code_bytes));
+      out += code_bytes;
+    }
 }
 
 int64_t group_bytes(const Format& f, int64_t g) { return header_bytes(f) + g * f.bits / 8; }
@@ -123,6 +157,7 @@ template <typename Move>
 void for_each_tile_run(const Format& f, int64_t k, int only, Move&& move) {
   const int64_t g = group_elems(f, k), gb = group_bytes(f, g), hb = header_bytes(f);
   const int sb = scale_bytes(f.scale);
+  const int64_t bhb = base_header_bytes(f), sub_codes = hb - bhb;
   const int64_t chunks = g * f.bits / 8 / 4;  // 4-byte code chunks of one row's group
   for (int64_t gi = 0; gi < k / g; ++gi) {
     const int64_t tile_g = gi * kTileRows * gb, row_g = gi * gb;
@@ -130,6 +165,8 @@ void for_each_tile_run(const Format& f, int64_t k, int only, Move&& move) {
       move(tile_g + r * sb, r, row_g, sb);  // scale
       if (f.offset == Offset::kMin) move(tile_g + kTileRows * sb + r * sb, r, row_g + sb, sb);
       if (f.offset == Offset::kZeroPoint) move(tile_g + kTileRows * sb + r, r, row_g + sb, 1);
+      for (int64_t j = 0; j < sub_codes; ++j)  // sc_j, then mc_j: 8 rows' codes per sub-block
+        move(tile_g + kTileRows * (bhb + j) + r, r, row_g + bhb + j, 1);
       for (int64_t c = 0; c < chunks; ++c)
         move(tile_g + kTileRows * hb + 32 * c + 4 * r, r, row_g + hb + 4 * c, 4);
     }
@@ -154,9 +191,7 @@ void deinterleave_row(const Format& f, int64_t k, const uint8_t* tile, int r, ui
 
 CodePos cuda_mma_code_pos(const Format& f, int64_t k, int r, int64_t e) {
   const int64_t groups = k / group_elems(f, k);
-  const int sb = scale_bytes(f.scale);
-  const int ob = f.offset == Offset::kMin ? sb : f.offset == Offset::kZeroPoint ? 1 : 0;
-  const int64_t codes = kTileRows * groups * (sb + ob);
+  const int64_t codes = kTileRows * groups * header_bytes(f);
   const int64_t W = f.bits == 4 ? 4 : 8;                   // lane bytes per sub-block
   const int64_t span = e / 128, m = std::min<int64_t>(4, (k - span * 128) / kSubBlock);
   const int64_t j = e % 128 / kSubBlock, i = e % kSubBlock;
@@ -186,12 +221,16 @@ template <typename Move>
 void for_each_cuda_header(const Format& f, int64_t k, int only, Move&& move) {
   const int64_t g = group_elems(f, k), groups = k / g, gb = group_bytes(f, g);
   const int sb = scale_bytes(f.scale);
+  const int64_t bhb = base_header_bytes(f), sub_codes = header_bytes(f) - bhb;
   for (int64_t gi = 0; gi < groups; ++gi)
     for (int r = only >= 0 ? only : 0; r < (only >= 0 ? only + 1 : kTileRows); ++r) {
       move((gi * kTileRows + r) * sb, r, gi * gb, sb);
       const int64_t offsets = kTileRows * groups * sb;
       if (f.offset == Offset::kMin) move(offsets + (gi * kTileRows + r) * sb, r, gi * gb + sb, sb);
       if (f.offset == Offset::kZeroPoint) move(offsets + gi * kTileRows + r, r, gi * gb + sb, 1);
+      const int64_t subs = kTileRows * groups * bhb;  // [G][sub codes][8]
+      for (int64_t j = 0; j < sub_codes; ++j)
+        move(subs + (gi * sub_codes + j) * kTileRows + r, r, gi * gb + bhb + j, 1);
     }
 }
 
@@ -336,7 +375,7 @@ StatusOr<Format> parse_format(std::string_view name) {
   const std::string full(name);
   auto bad = [&](const std::string& why) {
     return invalid_argument("quantization format '" + full + "': " + why +
-                            " (expected int<4|8>-g<N>|row-<f16|bf16|f32>-<sym|zp|min|nl>)");
+                            " (expected int<4|8>-g<N>[s<M>]|row-<f16|bf16|f32>-<sym|zp|min|nl>)");
   };
   std::string_view parts[4];
   int n = 0;
@@ -354,9 +393,16 @@ StatusOr<Format> parse_format(std::string_view name) {
   if (parts[0] == "int4") f.bits = 4;
   else if (parts[0] == "int8") f.bits = 8;
   else return bad("bits '" + std::string(parts[0]) + "'");
-  if (parts[1] == "row") {
+  std::string_view group = parts[1], sub;
+  if (const size_t s = group.find('s'); s != std::string_view::npos) {
+    sub = group.substr(s + 1);
+    group = group.substr(0, s);
+    if (!parse_int(sub, &f.sub) || (f.sub != kSubBlock && f.sub != kHalfGroup))
+      return bad("sub-scales 's" + std::string(sub) + "' (s32, or s16 for int8 sym)");
+  }
+  if (group == "row") {
     f.group = 0;
-  } else if (parts[1].size() < 2 || parts[1][0] != 'g' || !parse_int(parts[1].substr(1), &f.group) ||
+  } else if (group.size() < 2 || group[0] != 'g' || !parse_int(group.substr(1), &f.group) ||
              f.group <= 0 || (f.group % kSubBlock != 0 && f.group != kHalfGroup)) {
     return bad("group '" + std::string(parts[1]) + "' (a multiple of 32, 16, or row)");
   }
@@ -372,31 +418,46 @@ StatusOr<Format> parse_format(std::string_view name) {
   if (f.offset == Offset::kNl && f.bits != 4) return bad("nl codes are int4 only");
   if (f.group == kHalfGroup && (f.bits != 8 || f.offset != Offset::kSym))
     return bad("groups of 16 are int8 sym only");
+  if (f.sub != 0) {
+    if (f.group == 0 || f.group <= f.sub || f.group % f.sub != 0)
+      return bad("sub-scales need a group that is a multiple of the sub-block, and larger");
+    if (f.sub == kHalfGroup && (f.bits != 8 || f.offset != Offset::kSym))
+      return bad("sub-blocks of 16 are int8 sym only");
+    if (f.offset == Offset::kZeroPoint) return bad("zero points take no sub-scales");
+    if (f.scale == ScaleType::kF32)
+      return bad("sub-scales need an f16 or bf16 scale (so scale * code is exact in f32)");
+  }
   return f;
 }
 
 std::string format_name(const Format& f) {
   std::string s = f.bits == 8 ? "int8-" : "int4-";
   s += f.group == 0 ? "row" : "g" + std::to_string(f.group);
+  if (f.sub != 0) s += "s" + std::to_string(f.sub);
   s += f.scale == ScaleType::kF16 ? "-f16" : f.scale == ScaleType::kBF16 ? "-bf16" : "-f32";
   s += f.offset == Offset::kSym ? "-sym" : f.offset == Offset::kZeroPoint ? "-zp" : f.offset == Offset::kMin ? "-min" : "-nl";
   return s;
 }
 
 void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) {
-  const int64_t g = group_elems(f, k);
+  const int64_t g = group_elems(f, k), pe = scale_elems(f, k);  // pe: elements of one scale
   const int64_t gb = group_bytes(f, g), hb = header_bytes(f);
   const int sb = scale_bytes(f.scale);
-  for (int64_t base = 0; base < k; base += g, row += gb) {
-    const float d = load_scale(f.scale, row);
-    float m = 0.0f;
+  for (int64_t base = 0; base < k; base += g, row += gb)
+  for (int64_t pi = 0; pi < g / pe; ++pi) {
+    float d, m = 0.0f;
     int z = 0;
-    if (f.offset == Offset::kMin) m = load_scale(f.scale, row + sb);
-    if (f.offset == Offset::kZeroPoint) z = row[sb];
-    const uint8_t* q = row + hb;
-    float* y = out + base;
+    if (f.sub != 0) {
+      sub_block_scale(f, row, pi, &d, &m);
+    } else {
+      d = load_scale(f.scale, row);
+      if (f.offset == Offset::kMin) m = load_scale(f.scale, row + sb);
+      if (f.offset == Offset::kZeroPoint) z = row[sb];
+    }
+    const uint8_t* q = row + hb + pi * pe * f.bits / 8;
+    float* y = out + base + pi * pe;
     if (f.bits == 8) {
-      for (int64_t i = 0; i < g; ++i) {
+      for (int64_t i = 0; i < pe; ++i) {
         if (f.offset == Offset::kSym) y[i] = d * static_cast<float>(static_cast<int8_t>(q[i]));
         else if (f.offset == Offset::kZeroPoint) y[i] = d * static_cast<float>(q[i] - z);
         else y[i] = d * static_cast<float>(q[i]) + m;
@@ -404,7 +465,7 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
       continue;
     }
     if (f.offset == Offset::kSym) z = 8;
-    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2) {
+    for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += kSubBlock / 2) {
       for (int i = 0; i < 16; ++i) {
         const int lo = q[i] & 0x0F, hi = q[i] >> 4;
         if (f.offset == Offset::kMin) {
@@ -426,6 +487,7 @@ std::string check_row(const Format& f, const uint8_t* row, int64_t k) {
   const int64_t g = group_elems(f, k);
   const int64_t gb = group_bytes(f, g);
   const int sb = scale_bytes(f.scale);
+  // (Sub-scale codes take any int8 value: scale * code stays finite and exact.)
   for (int64_t gi = 0; gi < k / g; ++gi, row += gb) {
     if (!std::isfinite(load_scale(f.scale, row)) ||
         (f.offset == Offset::kMin && !std::isfinite(load_scale(f.scale, row + sb))))
@@ -471,34 +533,114 @@ void min_max(const float* v, int64_t n, float* mn_out, float* mx_out) {
   *mx_out = b;
 }
 
-// nl: the grid's -127 at the value of largest magnitude (its sign kept: the grid is not
-// symmetric), every value to the nearest grid point (the lower of two at equal distance).
-void quantize_row_nl(const Format& f, const float* x, int64_t k, uint8_t* out) {
-  const int64_t g = group_elems(f, k), gb = group_bytes(f, g), hb = header_bytes(f);
+// nl codes of n elements (whole sub-blocks) for the scale d: every value to the nearest grid
+// point (the lower of two at equal distance).
+void write_nl_codes(const float* v, int64_t n, float d, uint8_t* q) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  auto code = [&](float val) {  // the grid ascends: the midpoints below t (a tie stays low)
+    const float t = val * id;
+    int c = 0;
+    for (int j = 0; j < 15; ++j) c += t > 0.5f * static_cast<float>(kNlGrid[j] + kNlGrid[j + 1]);
+    return c;
+  };
+  for (int64_t sbk = 0; sbk < n; sbk += kSubBlock, q += kSubBlock / 2)
+    for (int i = 0; i < 16; ++i)
+      q[i] = static_cast<uint8_t>(code(v[sbk + i]) | code(v[sbk + i + 16]) << 4);
+}
+
+// Codes of n elements (whole sub-blocks for int4) for the scale d >= 0 and, but for sym, the
+// min m, rounded to nearest and clamped to the codes' range.
+void write_codes(const Format& f, const float* v, int64_t n, float d, float m, uint8_t* q) {
+  int lo, hi;
+  code_range(f, &lo, &hi);
+  const float id = d > 0.0f ? 1.0f / d : 0.0f;
+  const float qlo = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? -8 : lo);
+  const float qhi = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? 7 : hi);
+  // The scaled value clamped to the codes' range, then rounded to nearest, ties to even (as
+  // nearbyint in the default rounding mode; clamping first gives the same code, as both steps
+  // keep order and integers): adding and subtracting 1.5 * 2^23 leaves a float below 2^22 in
+  // magnitude rounded so, inline (nearbyint was a libm call per weight; without SSE4.1 in the
+  // baseline ISA the compiler does not inline it). Symmetric codes subtract 0: (val - 0) * id
+  // is val * id bit for bit, so one expression serves every offset kind.
+  const float sub = f.offset == Offset::kSym ? 0.0f : m;
+  auto code = [&](float val) {
+    float t = (val - sub) * id;
+    t = std::min(std::max(t, qlo), qhi);
+    return static_cast<int>((t + 12582912.0f) - 12582912.0f);
+  };
+  if (f.bits == 8) {  // (signed codes as their two's complement bytes)
+    for (int64_t i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(code(v[i]));
+    return;
+  }
+  const int bias = f.offset == Offset::kSym ? 8 : 0;
+  for (int64_t sbk = 0; sbk < n; sbk += kSubBlock, q += kSubBlock / 2) {
+    int c[kSubBlock];
+    for (int i = 0; i < kSubBlock; ++i) c[i] = code(v[sbk + i]) + bias;
+    for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(c[i] | (c[i + 16] << 4));
+  }
+}
+
+// A group's (or sub-block's) scale and min in f32, before any rounding to the scale type: sym
+// amax / qmax; nl the value of largest magnitude (its sign kept: the grid is not symmetric) over
+// the grid's -127; min (and zp) the range including 0 (so 0 stays representable: exact for zero
+// weights and padding) over the top code, the min the least value or 0.
+void ideal_scale(const Format& f, const float* v, int64_t n, float* d, float* m) {
+  float mn, mx;
+  min_max(v, n, &mn, &mx);
+  *m = 0.0f;
+  if (f.offset == Offset::kNl) {
+    *d = (std::fabs(mn) >= std::fabs(mx) ? mn : mx) / -127.0f;
+  } else if (f.offset == Offset::kSym) {
+    *d = std::max(std::fabs(mn), std::fabs(mx)) / (f.bits == 8 ? 127.0f : 7.0f);
+  } else {
+    int lo, hi;
+    code_range(f, &lo, &hi);
+    mn = std::min(mn, 0.0f);
+    mx = std::max(mx, 0.0f);
+    *d = (mx - mn) / static_cast<float>(hi);
+    *m = mn;
+  }
+}
+
+// Sub-scales: each sub-block's ideal scale (and min), then d = the largest |scale| / 127 (dmin =
+// the least min / 127) rounded to the scale type, the codes sc_j = round(scale_j / d) and mc_j =
+// round(min_j / dmin) (0 where d or dmin is 0), and each sub-block's codes for the exact
+// d * sc_j and dmin * mc_j.
+void quantize_row_sub(const Format& f, const float* x, int64_t k, uint8_t* out) {
+  const int64_t g = f.group, pe = f.sub, nsub = sub_scales(f);
+  const int64_t gb = group_bytes(f, g), hb = header_bytes(f), bhb = base_header_bytes(f);
+  const int sb = scale_bytes(f.scale);
+  std::vector<float> ds(static_cast<size_t>(nsub)), ms(static_cast<size_t>(nsub));
   for (int64_t base = 0; base < k; base += g, out += gb) {
-    const float* v = x + base;
-    float mn, mx;
-    min_max(v, g, &mn, &mx);
-    const float peak = std::fabs(mn) >= std::fabs(mx) ? mn : mx;
-    const float d = store_scale(f.scale, peak / -127.0f, out);
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    auto code = [&](float val) {  // the grid ascends: the midpoints below t (a tie stays low)
-      const float t = val * id;
-      int c = 0;
-      for (int j = 0; j < 15; ++j) c += t > 0.5f * static_cast<float>(kNlGrid[j] + kNlGrid[j + 1]);
-      return c;
-    };
-    uint8_t* q = out + hb;
-    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2)
-      for (int i = 0; i < 16; ++i)
-        q[i] = static_cast<uint8_t>(code(v[sbk + i]) | code(v[sbk + i + 16]) << 4);
+    float dmax = 0.0f, mlow = 0.0f;
+    for (int64_t j = 0; j < nsub; ++j) {
+      ideal_scale(f, x + base + j * pe, pe, &ds[j], &ms[j]);
+      dmax = std::max(dmax, std::fabs(ds[j]));
+      mlow = std::min(mlow, ms[j]);
+    }
+    const float d = store_scale(f.scale, dmax / 127.0f, out);
+    const float dmin = f.offset == Offset::kMin ? store_scale(f.scale, mlow / 127.0f, out + sb) : 0.0f;
+    auto int8_code = [](float t) { return static_cast<int>(std::clamp(std::nearbyint(t), -127.0f, 127.0f)); };
+    for (int64_t j = 0; j < nsub; ++j) {
+      const int sc = d != 0.0f ? int8_code(ds[j] / d) : 0;
+      out[bhb + j] = static_cast<uint8_t>(static_cast<int8_t>(sc));
+      float dj, mj;
+      if (f.offset == Offset::kMin) {
+        const int mc = dmin != 0.0f ? int8_code(ms[j] / dmin) : 0;
+        out[bhb + nsub + j] = static_cast<uint8_t>(static_cast<int8_t>(mc));
+      }
+      sub_block_scale(f, out, j, &dj, &mj);
+      uint8_t* q = out + hb + j * pe * f.bits / 8;
+      if (f.offset == Offset::kNl) write_nl_codes(x + base + j * pe, pe, dj, q);
+      else write_codes(f, x + base + j * pe, pe, dj, mj, q);
+    }
   }
 }
 
 }  // namespace
 
 void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
-  if (f.offset == Offset::kNl) return quantize_row_nl(f, x, k, out);
+  if (f.sub != 0) return quantize_row_sub(f, x, k, out);
   const int64_t g = group_elems(f, k);
   const int64_t gb = group_bytes(f, g), hb = header_bytes(f);
   const int sb = scale_bytes(f.scale);
@@ -506,52 +648,23 @@ void quantize_row(const Format& f, const float* x, int64_t k, uint8_t* out) {
   code_range(f, &lo, &hi);
   for (int64_t base = 0; base < k; base += g, out += gb) {
     const float* v = x + base;
-    float mn, mx;
-    min_max(v, g, &mn, &mx);
-    const float amax = std::max(std::fabs(mn), std::fabs(mx));  // max |v[i]|
-    float d, m = 0.0f;
-    int z = 0;
-    if (f.offset == Offset::kSym) {
-      d = store_scale(f.scale, amax / (f.bits == 8 ? 127.0f : 7.0f), out);
-    } else {
-      mn = std::min(mn, 0.0f);  // keep 0 representable (exact for zero weights and padding)
-      mx = std::max(mx, 0.0f);
-      d = store_scale(f.scale, (mx - mn) / static_cast<float>(hi), out);
-      if (f.offset == Offset::kMin) {
-        m = store_scale(f.scale, mn, out + sb);
-      } else {
-        z = d > 0.0f ? static_cast<int>(std::nearbyint(-mn / d)) : 0;
-        z = std::clamp(z, 0, hi);
-        out[sb] = static_cast<uint8_t>(z);
-        m = -d * static_cast<float>(z);
-      }
-    }
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    const float qlo = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? -8 : lo);
-    const float qhi = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? 7 : hi);
-    // The scaled value clamped to the codes' range, then rounded to nearest, ties to even (as
-    // nearbyint in the default rounding mode; clamping first gives the same code, as both steps
-    // keep order and integers): adding and subtracting 1.5 * 2^23 leaves a float below 2^22 in
-    // magnitude rounded so, inline (nearbyint was a libm call per weight; without SSE4.1 in the
-    // baseline ISA the compiler does not inline it). Symmetric codes subtract 0: (val - 0) * id
-    // is val * id bit for bit, so one expression serves every offset kind.
-    const float sub = f.offset == Offset::kSym ? 0.0f : m;
-    auto code = [&](float val) {
-      float t = (val - sub) * id;
-      t = std::min(std::max(t, qlo), qhi);
-      return static_cast<int>((t + 12582912.0f) - 12582912.0f);
-    };
-    uint8_t* q = out + hb;
-    if (f.bits == 8) {  // (signed codes as their two's complement bytes)
-      for (int64_t i = 0; i < g; ++i) q[i] = static_cast<uint8_t>(code(v[i]));
+    float ideal, mn;
+    ideal_scale(f, v, g, &ideal, &mn);
+    const float d = store_scale(f.scale, ideal, out);
+    float m = 0.0f;
+    if (f.offset == Offset::kNl) {
+      write_nl_codes(v, g, d, out + hb);
       continue;
     }
-    const int bias = f.offset == Offset::kSym ? 8 : 0;
-    for (int64_t sbk = 0; sbk < g; sbk += kSubBlock, q += kSubBlock / 2) {
-      int c[kSubBlock];
-      for (int i = 0; i < kSubBlock; ++i) c[i] = code(v[sbk + i]) + bias;
-      for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(c[i] | (c[i + 16] << 4));
+    if (f.offset == Offset::kMin) {
+      m = store_scale(f.scale, mn, out + sb);
+    } else if (f.offset == Offset::kZeroPoint) {
+      int z = d > 0.0f ? static_cast<int>(std::nearbyint(-mn / d)) : 0;
+      z = std::clamp(z, 0, hi);
+      out[sb] = static_cast<uint8_t>(z);
+      m = -d * static_cast<float>(z);
     }
+    write_codes(f, v, g, d, m, out + hb);
   }
 }
 

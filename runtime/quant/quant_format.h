@@ -29,18 +29,32 @@
 // dequantization does not depend on how it is evaluated. GGUF's other blocks are held exactly
 // in a wider format (compiler/frontend/Dequant.h): Q5_0 as int8-g32-f16-zp (z = 16), Q5_1 as
 // int8-g32-f16-min, and the k-quants, whose sub-block scale is a product d * sc of an f16 and a
-// 6- or 8-bit integer (exact in f32), as f32 scales: Q4_K int4-g32-f32-min, Q5_K
-// int8-g32-f32-min (the min negated), Q6_K int8-g16-f32-sym (codes q - 32; d * sc * (q - 32)
-// is one f32 rounding there as in ggml's (d * sc) * q).
+// 6- or 8-bit integer (exact in f32), with sub-scales (below): Q4_K int4-g256s32-f16-min, Q5_K
+// int8-g256s32-f16-min (the min negated), Q6_K int8-g256s16-f16-sym (codes q - 32; d * sc *
+// (q - 32) is one f32 rounding there as in ggml's (d * sc) * q).
 //
-// Names: "int<bits>-g<group>|row-<f16|bf16|f32>-<sym|zp|min|nl>", e.g. "int4-g128-f16-zp".
+// Sub-scales (k-quant style, two-level): "g<group>s<sub>" (e.g. int4-g256s32-f16-min) gives every
+// sub-block of `sub` elements (32, or 16 for int8 sym) of a group its own int8 scale code sc_j, and
+// for min its own int8 min code mc_j; the group's header is then
+//
+//   scale d, [min: dmin] (f16 or bf16), then group / sub codes sc_j, [min: group / sub codes mc_j]
+//
+// and sub-block j has the scale d * sc_j and the min dmin * mc_j (f32 products of an f16/bf16 and
+// an int8: exact, at most 11 + 8 significant bits), its codes then read as above. So a sub-scale
+// format's values, and every kernel's results, are those of the format with groups of `sub` and
+// those products as f32 scales (expand_sub_scales writes it): GGUF's Q4_K is int4-g256s32-f16-min
+// (4.625 bits per weight, against 6 as int4-g32-f32-min), Q5_K int8-g256s32-f16-min, Q6_K
+// int8-g256s16-f16-sym, IQ4_XS int4-g256s32-f16-nl. Zero points take no sub-scales.
+//
+// Names: "int<bits>-g<group>[s<sub>]|row-<f16|bf16|f32>-<sym|zp|min|nl>", e.g. "int4-g128-f16-zp".
 //
 // The "cpu_interleaved8" layout (the CPU default of the pack-weights pass) holds the same bytes
 // regrouped so that one 32-byte SIMD load covers 8 rows: rows go in tiles of 8 (the last tile
 // padded with all-zero rows, whose values are 0), a tile is its groups in order, and the group
 // of a tile is
 //
-//   8 scales (row 0..7), then 8 offsets (min: 8 values of the scale type; zp: 8 bytes), then
+//   8 scales (row 0..7), then 8 offsets (min: 8 values of the scale type; zp: 8 bytes), [sub-scales:
+//   per sub-block j the 8 rows' codes sc_j, then (min) per sub-block the 8 rows' mc_j], then
 //   the 8 rows' code bytes in 4-byte chunks: code byte 32 * c + 4 * r + e is byte 4 * c + e of
 //   row r's group codes in the row layout above (so per 32-element sub-block c < 8 for int8,
 //   c < 4 for int4: the low nibbles are elements 4c..4c+3, the high ones 16+4c..16+4c+3; a group
@@ -56,6 +70,8 @@
 //
 //   scales   [G][8] of the scale type (group-major: one group's 8 rows are adjacent)
 //   offsets  [G][8]: min: scale type; zero point: bytes; sym: absent
+//   [sub-scales: [G][S][8] codes sc_j, then (min) [G][S][8] codes mc_j; S sub-blocks a group.
+//    The CUDA kernels do not read these: plans for GPUs hold expand_sub_scales' format]
 //   codes    k in spans of up to 128 elements (4 sub-blocks of 32; the last span may be shorter:
 //            m = its sub-blocks). In a span, lane L (0..31) of a warp owns m * W consecutive
 //            bytes at span_base + L * m * W (W = 4 for int4, 8 for int8 per sub-block), so one
@@ -116,6 +132,7 @@ struct Format {
   int64_t group = 32;                 // elements per group: a multiple of 32, 16 (int8 sym); 0 = the whole row
   ScaleType scale = ScaleType::kF16;
   Offset offset = Offset::kSym;
+  int64_t sub = 0;                    // elements per int8 sub-scale (32, 16: int8 sym); 0 = none
 
   bool operator==(const Format&) const = default;
 };
@@ -126,9 +143,23 @@ std::string format_name(const Format& f);
 
 /// Elements per group for rows of k elements (resolves "row").
 inline int64_t group_elems(const Format& f, int64_t k) { return f.group == 0 ? k : f.group; }
+/// Sub-scale codes per group (0 without sub-scales).
+inline int64_t sub_scales(const Format& f) { return f.sub == 0 ? 0 : f.group / f.sub; }
+/// Elements that share one scale: the sub-block with sub-scales, else the group.
+inline int64_t scale_elems(const Format& f, int64_t k) { return f.sub != 0 ? f.sub : group_elems(f, k); }
+/// The format with the same values and no sub-scales: groups of `sub`, f32 scales (and mins);
+/// f itself when it has none.
+Format without_sub_scales(const Format& f);
+/// One row of f (with sub-scales) in without_sub_scales(f): row_bytes of that format in out.
+void expand_sub_scales(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);
+/// Scale and min (0 for other offsets) of sub-block j (< sub_scales) of a group whose header is
+/// at h in the row layout.
+void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, float* m);
 int scale_bytes(ScaleType t);
-/// Bytes of the group header (scale + offset).
+/// Bytes of the group header (scale + offset, then any sub-scale codes).
 int64_t header_bytes(const Format& f);
+/// Bytes of the scale and offset alone (where a header's sub-scale codes start).
+int64_t base_header_bytes(const Format& f);
 /// Bytes of one group of g elements.
 int64_t group_bytes(const Format& f, int64_t g);
 /// Bytes of one row of k elements; an error when k is not a whole number of groups or a group

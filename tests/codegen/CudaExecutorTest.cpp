@@ -758,7 +758,8 @@ TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {
 
 TEST(CudaExecutor, GgufKQuantPlansMatchTheCpuExecutor) {
   // llama.cpp's Q4_K_M, Q5_1 and IQ4_XS mixes (tests/fixtures/kquant): Q4_K as int4-g32-f32-min,
-  // Q5_1 as int8-g32-f16-min, IQ4_XS as int4-g32-f32-nl (grid values by byte permutes), the Q6_K
+  // Q5_1 as int8-g32-f16-min, IQ4_XS as int4-g32-f32-nl (grid values by byte permutes; the k-quant
+  // and IQ4_XS sub-scale formats expanded, as plans for GPUs hold them), the Q6_K
   // lm_head (and Q4_K_M's attn_v / ffn_down) in groups of 16 (Q3_K's format too), on the
   // int8-activation GEMVs and the per-element table reads; the reference GEMVs too.
   // Q4_K_M's q and k (Q4_K) and v (Q6_K) are three projections, so its decode attention does no

@@ -237,6 +237,22 @@ TEST(QuantizeQ8Kernel, QuantizesAsTheCpuFastContractBitForBit) {
   EXPECT_FALSE(llmc::emitQuantizeQ8Kernel(0, false).ok());
 }
 
+TEST(LinearKernel, SubScaleFormatsAreRefusedNamingTheirExpansion) {
+  // The CUDA kernels read no sub-scales (llm-pack-weights gives plans for GPUs the expansion):
+  // every family that reads quantized weights says so instead of emitting a kernel.
+  const std::string why = "int4-g256s32-f16-min has sub-scales, which the CUDA kernels do not read (its "
+                          "expansion int4-g32-f32-min";
+  auto linear = llmc::emitLinearKernel({64, 512, "int4-g256s32-f16-min", false, false, false, true});
+  ASSERT_FALSE(linear.ok());
+  EXPECT_NE(linear.status().message().find(why), std::string::npos) << linear.status().message();
+  auto table = llmc::emitEmbeddingKernel({64, 512, "int4-g256s32-f16-min"});
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find(why), std::string::npos) << table.status().message();
+  auto deq = llmc::emitDequantBf16Kernel("int4-g256s32-f16-min", 64, 512);
+  ASSERT_FALSE(deq.ok());
+  EXPECT_NE(deq.status().message().find(why), std::string::npos) << deq.status().message();
+}
+
 TEST(QuantizeQ8Kernel, ProducersWriteTheRowsOfTheirOutputBitForBit) {
   // rms_norm, add_rms_norm, silu_mul (both forms) and permute_columns with quantizedOutput: the same f32 output
   // as without, and q8 rows equal to the CPU's quantization of that output in every byte (so to

@@ -29,9 +29,13 @@ from refcheck import kl_top1
 FIX = FIXTURES / "kquant"
 FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf", "tiny_q3_k_m.gguf",
          "tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"]
-HELD = {"Q4_K": "int4-g32-f32-min", "Q5_K": "int8-g32-f32-min", "Q6_K": "int8-g16-f32-sym",
+HELD = {"Q4_K": "int4-g256s32-f16-min", "Q5_K": "int8-g256s32-f16-min", "Q6_K": "int8-g256s16-f16-sym",
         "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min", "Q3_K": "int8-g256-f16-zp",
-        "IQ4_NL": "int4-g32-f16-nl", "IQ4_XS": "int4-g32-f32-nl"}
+        "IQ4_NL": "int4-g32-f16-nl", "IQ4_XS": "int4-g256s32-f16-nl"}
+# Plans for GPUs: the sub-scale formats expanded (groups of the sub-block, f32 scales), which the
+# CUDA kernels read.
+HELD_CUDA = dict(HELD, Q4_K="int4-g32-f32-min", Q5_K="int8-g32-f32-min", Q6_K="int8-g16-f32-sym",
+                 IQ4_XS="int4-g32-f32-nl")
 REF_TOL = 1e-4
 FAST_KL = 6e-3
 FAST_TOP1 = 0.9
@@ -105,7 +109,9 @@ def test_plan_holds_each_block_type_in_its_format(name, llmc, compile_plan):
 
 def test_compile_says_what_widening_costs(llmc, tmp_path):
     # Q4_K_M's Q4_K and Q6_K tensors: the note names them and their bytes in the file (ggml's
-    # block sizes) and in the plan (the held formats' rows), 6/4.5 and 10/6.5625 times as many.
+    # block sizes) and in the plan (the held formats' rows): 148/144 and 274/210 times as many
+    # bytes per super-block (sub-scales a byte each); a plan for GPUs holds their expansion,
+    # 6/4.5 and 10/6.5625 times as many.
     ref = load_ref()
     tensors = ref["files"]["tiny_q4_k_m.gguf"]["tensors"]
     proc = run_cmd([llmc, "compile", FIX / "tiny_q4_k_m.gguf", "-o", tmp_path / "p.fb"], "llmc compile")
@@ -116,7 +122,13 @@ def test_compile_says_what_widening_costs(llmc, tmp_path):
     m = re.search(r"([0-9.]+) MiB in the file, ([0-9.]+) MiB in the plan", note[0])
     assert m, note[0]
     file_mib, plan_mib = float(m.group(1)), float(m.group(2))
-    assert 1.3 < plan_mib / file_mib < 1.6, note[0]
+    assert 148 / 144 < plan_mib / file_mib < 274 / 210, note[0]
+    proc = run_cmd([llmc, "compile", FIX / "tiny_q4_k_m.gguf", "-o", tmp_path / "c.fb", "--target", "none",
+                    "--weight-layout", "cuda-mma"], "llmc compile (cuda-mma)")
+    note = [line for line in proc.stderr.splitlines() if "held with the same values" in line]
+    m = re.search(r"([0-9.]+) MiB in the file, ([0-9.]+) MiB in the plan", note[0])
+    assert m, note[0]
+    assert 1.3 < float(m.group(2)) / float(m.group(1)) < 1.6, note[0]
     quiet = run_cmd([llmc, "compile", FIX / "tiny_q4_k_m.gguf", "-o", tmp_path / "q.fb", "-q"], "llmc compile -q")
     assert "held with the same values" not in quiet.stderr
 
@@ -130,10 +142,30 @@ def test_cuda_layout_holds_nl_codes_too(name, llmc, llmrt, compile_plan, tmp_pat
     plan = compile_plan(FIX / name, name + "_cuda_layout", "--target", "none", "--weight-layout", "cuda-mma",
                         "--cpu-kernels", "reference")
     info = parse_json_stdout(run_cmd([llmc, "inspect", plan, "--json"], f"llmc inspect {name}"), name)
-    nl = "int4-g32-f16-nl" if "nl" in name else "int4-g32-f32-nl"
-    assert set(info["tensors"]["bytes_by_dtype"]) == {"F32", "int8-g16-f32-sym", nl}
+    types = ref["files"][name]["types"]
+    assert set(info["tensors"]["bytes_by_dtype"]) == {HELD_CUDA[t] for t in types if t != "F32"} | {"F32"}
     expected = np.load(FIX / name.replace(".gguf", ".f32.npy"))
     seq = ref["sequences"][0]
     ours = run_logits(llmrt, plan, seq, tmp_path, f"llmrt run {name} (cuda-mma layout)")
     worst = (np.abs(ours - expected[0]).max(axis=1) / np.abs(expected[0]).max(axis=1)).max()
     assert worst <= REF_TOL, f"{name} in cuda-mma: {worst:.3e} of max|logit| from llama.cpp (F32 copy)"
+
+
+@pytest.mark.parametrize("name", ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_iq4_xs.gguf"])
+def test_sub_scale_plans_compute_what_their_expansion_does(name, llmc, llmrt, compile_plan, tmp_path):
+    # The CPU plan holds Q4_K / Q5_K / Q6_K / IQ4_XS with sub-scales (a byte each); a cuda-mma plan
+    # holds their expansion (f32 scales per sub-block), which the CPU executor reads too. Both
+    # contracts give the same logits from both, bit for bit: the sub-scales are exact.
+    ref = load_ref()
+    types = ref["files"][name]["types"]
+    for contract in ("fast", "reference"):
+        native = compile_plan(FIX / name, f"{name}_{contract}_native", "--cpu-kernels", contract)
+        wide = compile_plan(FIX / name, f"{name}_{contract}_wide", "--target", "none", "--weight-layout", "cuda-mma",
+                            "--cpu-kernels", contract)
+        for plan, held in ((native, HELD), (wide, HELD_CUDA)):
+            info = parse_json_stdout(run_cmd([llmc, "inspect", plan, "--json"], f"llmc inspect {name}"), name)
+            assert set(info["tensors"]["bytes_by_dtype"]) == {held[t] for t in types if t != "F32"} | {"F32"}
+        seq = ref["sequences"][1]
+        a = run_logits(llmrt, native, seq, tmp_path, f"llmrt run {name} ({contract}, sub-scales)")
+        b = run_logits(llmrt, wide, seq, tmp_path, f"llmrt run {name} ({contract}, expanded)")
+        assert np.array_equal(a, b), f"{name} {contract}: max |diff| {np.abs(a - b).max():.3e}"

@@ -44,7 +44,10 @@ const char* kAllFormats[] = {
     // GGUF's Q4_K, Q5_K and Q6_K as the compiler holds them, and a 16-group in f16
     "int4-g32-f32-min", "int8-g32-f32-min", "int8-g16-f32-sym",  "int8-g16-f16-sym",
     // the IQ4 grid's codes: IQ4_NL, IQ4_XS as held, and other groups and scales
-    "int4-g32-f16-nl",  "int4-g32-f32-nl",  "int4-g64-bf16-nl",  "int4-row-f32-nl"};
+    "int4-g32-f16-nl",  "int4-g32-f32-nl",  "int4-g64-bf16-nl",  "int4-row-f32-nl",
+    // sub-scales: GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS as the compiler holds them, and others
+    "int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
+    "int4-g64s32-bf16-sym", "int8-g64s16-bf16-sym", "int8-g64s32-f16-sym"};
 
 // ---------------- formats ----------------
 
@@ -61,7 +64,12 @@ TEST(QuantFormat, BadNamesSayWhy) {
                           "int4-g32-f16-asym", "int4-g32-f16", "int4-g32-f16-sym-x", "", "q4_1",
                           "int4-g-f16-sym", "int4-g0-f16-sym", "int4-g16-f16-sym", "int8-g16-f16-zp",
                           "int8-g16-f32-min", "int8-g8-f16-sym", "int8-g48-f16-sym", "int8-g32-f16-nl",
-                          "int4-g16-f32-nl", "int4-g32-f16-grid"}) {
+                          "int4-g16-f32-nl", "int4-g32-f16-grid",
+                          // sub-scales: s32 or s16 (int8 sym) only, inside a larger group, no zero
+                          // points, f16/bf16 scales; row groups take none
+                          "int4-g256s16-f16-min", "int4-g256s64-f16-min", "int8-g32s32-f16-sym",
+                          "int8-g48s16-f16-sym", "int4-g256s32-f16-zp", "int4-g256s32-f32-min",
+                          "int4-rows32-f16-min", "int4-g256s-f16-min", "int4-g256s32x-f16-min"}) {
     StatusOr<Format> f = quant::parse_format(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_NE(f.status().message().find("quantization format"), std::string::npos);
@@ -80,6 +88,60 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g16-f32-sym"), 256), 16 * 20);
   EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int8-g16-f32-sym"), 48).ok());
   EXPECT_NE(quant::parse_format("int4-g16-f32-sym").status().message().find("int8 sym only"), std::string::npos);
+  // Sub-scales: a group of 256 as GGUF's super-block: d (and dmin), a code per sub-block (and a
+  // min code), then the codes. Q4_K 148 bytes (the file: 144), Q5_K 276 (176), Q6_K 274 (210),
+  // IQ4_XS 138 (136).
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g256s32-f16-min"), 512), 2 * (4 + 16 + 128));
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g256s32-f16-min"), 256), 4 + 16 + 256);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g256s16-f16-sym"), 256), 2 + 16 + 256);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g256s32-f16-nl"), 256), 2 + 8 + 128);
+  EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int4-g256s32-f16-nl"), 320).ok());
+  const Format q4k = *quant::parse_format("int4-g256s32-f16-min");
+  EXPECT_EQ(q4k.sub, 32);
+  EXPECT_EQ(quant::sub_scales(q4k), 8);
+  EXPECT_EQ(quant::base_header_bytes(q4k), 4);
+  EXPECT_EQ(quant::header_bytes(q4k), 20);
+  EXPECT_EQ(quant::format_name(quant::without_sub_scales(q4k)), "int4-g32-f32-min");
+  EXPECT_EQ(quant::format_name(quant::without_sub_scales(*quant::parse_format("int8-g256s16-f16-sym"))),
+            "int8-g16-f32-sym");
+  EXPECT_EQ(quant::without_sub_scales(*quant::parse_format("int4-g32-f16-zp")), *quant::parse_format("int4-g32-f16-zp"));
+}
+
+// A sub-scale format's values are its expansion's (groups of `sub`, f32 scales d * sc_j and mins
+// dmin * mc_j), bit for bit, on hand-set bytes: the extreme codes -128 and 127, negative codes,
+// a subnormal half and bf16.
+TEST(QuantFormat, SubScalesAreExactProducts) {
+  for (const char* name : {"int4-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
+                           "int8-g64s32-bf16-min", "int4-g64s32-bf16-sym"}) {
+    const Format f = *quant::parse_format(name), w = quant::without_sub_scales(f);
+    const int64_t k = 512, rb = *quant::row_bytes(f, k);
+    std::vector<uint8_t> row(rb);
+    std::mt19937 rng(5);
+    for (uint8_t& b : row) b = static_cast<uint8_t>(rng());
+    const int64_t gb = quant::group_bytes(f, f.group), bhb = quant::base_header_bytes(f);
+    for (int64_t at = 0; at < rb; at += gb) {  // finite scales: a normal one, then a subnormal half
+      quant::store_scale(f.scale, at == 0 ? 0.0123f : 3e-6f, &row[at]);
+      if (f.offset == quant::Offset::kMin) quant::store_scale(f.scale, -0.0071f, &row[at + quant::scale_bytes(f.scale)]);
+      row[at + bhb] = 0x80;      // sc_0 = -128
+      row[at + bhb + 1] = 0x7F;  // sc_1 = 127
+    }
+    std::vector<uint8_t> wide(*quant::row_bytes(w, k));
+    quant::expand_sub_scales(f, row.data(), k, wide.data());
+    std::vector<float> a(k), b(k);
+    quant::dequantize_row(f, row.data(), k, a.data());
+    quant::dequantize_row(w, wide.data(), k, b.data());
+    EXPECT_TRUE(bit_equal(a, b)) << name;
+    // and each sub-block's scale is the f32 product, written out here
+    const float d0 = quant::load_scale(f.scale, row.data());
+    float d, m;
+    quant::sub_block_scale(f, row.data(), 0, &d, &m);
+    EXPECT_EQ(d, d0 * -128.0f) << name;
+    EXPECT_EQ(static_cast<double>(d), static_cast<double>(d0) * -128.0) << name;  // exact
+    float wd;
+    std::memcpy(&wd, wide.data(), 4);
+    EXPECT_EQ(wd, d) << name;
+    EXPECT_EQ(quant::check_row(f, row.data(), k), "") << name;
+  }
 }
 
 TEST(QuantFormat, HalfConversionMatchesTheCompiler) {
@@ -121,6 +183,37 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
     std::vector<float> y(k);
     quant::dequantize_row(f, q.data(), k, y.data());
     const int64_t g = quant::group_elems(f, k);
+    if (f.sub != 0) {
+      // Each sub-block within half a step of its effective scale d * sc_j (and min) of the
+      // representable range, and that scale within half of d of the sub-block's own ideal one.
+      const int64_t gb = quant::group_bytes(f, f.group);
+      for (int64_t e = 0; e < k; e += f.sub) {
+        const uint8_t* h = q.data() + e / g * gb;
+        float dj, mj;
+        quant::sub_block_scale(f, h, e % g / f.sub, &dj, &mj);
+        const float d = quant::load_scale(f.scale, h);
+        float lo, hi, half;
+        if (f.offset == quant::Offset::kNl) {
+          lo = std::min(-127 * dj, 113 * dj), hi = std::max(-127 * dj, 113 * dj), half = 14 * std::fabs(dj);
+        } else if (f.offset == quant::Offset::kSym) {
+          lo = (f.bits == 8 ? -127 : -8) * dj, hi = (f.bits == 8 ? 127 : 7) * dj, half = 0.5f * dj;
+        } else {
+          lo = mj, hi = mj + (f.bits == 8 ? 255 : 15) * dj, half = 0.5f * dj;
+        }
+        float amax = 0, mn = 0, mx = 0;
+        for (int64_t i = e; i < e + f.sub; ++i) {
+          const float outside = std::max({lo - x[i], x[i] - hi, 0.0f});
+          ASSERT_LE(std::fabs(y[i] - x[i]), (outside + half) * 1.01f + 1e-6f) << name << " at " << i;
+          amax = std::max(amax, std::fabs(x[i]));
+          mn = std::min(mn, x[i]);
+          mx = std::max(mx, x[i]);
+        }
+        const float ideal = f.offset == quant::Offset::kSym ? amax / (f.bits == 8 ? 127 : 7)
+                            : f.offset == quant::Offset::kNl ? amax / 127 : (mx - mn) / (f.bits == 8 ? 255 : 15);
+        EXPECT_LE(std::fabs(std::fabs(dj) - ideal), 0.5f * d * 1.01f) << name << " at " << e;
+      }
+      continue;
+    }
     for (int64_t base = 0; base < k; base += g) {
       float mn = 0, mx = 0, amax = 0;
       for (int64_t i = base; i < base + g; ++i) {
@@ -146,7 +239,66 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
 // max folded from the first element (the first of equal values kept: the sign of a zero), round
 // to nearest even with nearbyint, then clamped; on rows that probe the fast path's shortcuts
 // (signed zeros, all zeros, ties at half a step, values beyond the codes' range).
+// Sub-scales: each sub-block's scale (and min) as a group's above, in f32; d = the largest |scale|
+// / 127 and dmin = the least min / 127 in the scale type; sc_j = scale_j / d and mc_j = min_j /
+// dmin rounded to nearest even within +-127 (0 where d or dmin is 0); then the sub-block's codes
+// for d * sc_j and dmin * mc_j as above.
+std::vector<uint8_t> serial_quantize_sub(const Format& f, const std::vector<float>& x) {
+  const int64_t k = static_cast<int64_t>(x.size()), g = f.group, nsub = g / f.sub;
+  const int sb = quant::scale_bytes(f.scale);
+  const int64_t bhb = quant::base_header_bytes(f), hb = quant::header_bytes(f);
+  const bool sym = f.offset == quant::Offset::kSym, nl = f.offset == quant::Offset::kNl;
+  const int lo = f.bits == 8 ? (sym ? -127 : 0) : (sym ? -8 : 0);
+  const int hi = f.bits == 8 ? (sym ? 127 : 255) : (sym ? 7 : 15);
+  std::vector<uint8_t> out(*quant::row_bytes(f, k), 0);
+  for (int64_t base = 0, at = 0; base < k; base += g, at += quant::group_bytes(f, g)) {
+    std::vector<float> scale(nsub), min(nsub);
+    float top = 0.0f, least = 0.0f;
+    for (int64_t j = 0; j < nsub; ++j) {
+      const int64_t e0 = base + j * f.sub;
+      float mn = x[e0], mx = x[e0];
+      for (int64_t i = e0; i < e0 + f.sub; ++i) {
+        mn = std::min(mn, x[i]);
+        mx = std::max(mx, x[i]);
+      }
+      if (nl) scale[j] = (std::fabs(mn) >= std::fabs(mx) ? mn : mx) / -127.0f;
+      else if (sym) scale[j] = std::max(std::fabs(mn), std::fabs(mx)) / static_cast<float>(hi);
+      else scale[j] = (std::max(mx, 0.0f) - std::min(mn, 0.0f)) / static_cast<float>(hi), min[j] = std::min(mn, 0.0f);
+      top = std::max(top, std::fabs(scale[j]));
+      least = std::min(least, min[j]);
+    }
+    const float d = quant::store_scale(f.scale, top / 127.0f, &out[at]);
+    const float dmin = sym || nl ? 0.0f : quant::store_scale(f.scale, least / 127.0f, &out[at + sb]);
+    for (int64_t j = 0; j < nsub; ++j) {
+      const int sc = d != 0 ? static_cast<int>(std::clamp(std::nearbyint(scale[j] / d), -127.0f, 127.0f)) : 0;
+      const int mc = dmin != 0 ? static_cast<int>(std::clamp(std::nearbyint(min[j] / dmin), -127.0f, 127.0f)) : 0;
+      out[at + bhb + j] = static_cast<uint8_t>(sc);
+      if (!sym && !nl) out[at + bhb + nsub + j] = static_cast<uint8_t>(mc);
+      const float dj = d * static_cast<float>(sc), mj = dmin * static_cast<float>(mc);
+      for (int64_t i = 0; i < f.sub; ++i) {
+        const int64_t e = j * f.sub + i;  // in the group
+        int code;
+        if (nl) {
+          const float t = x[base + e] * (dj != 0 ? 1.0f / dj : 0.0f);
+          code = 0;
+          for (int c = 1; c < 16; ++c)
+            if (std::fabs(t - quant::kNlGrid[c]) < std::fabs(t - quant::kNlGrid[code])) code = c;
+        } else {
+          const float id = dj > 0 ? 1.0f / dj : 0.0f;
+          code = std::clamp(static_cast<int>(std::nearbyint(sym ? x[base + e] * id : (x[base + e] - mj) * id)), lo, hi);
+          if (f.bits == 4 && sym) code += 8;
+        }
+        uint8_t* q = &out[at + hb];
+        if (f.bits == 8) q[e] = static_cast<uint8_t>(code);
+        else q[e / 32 * 16 + e % 16] |= static_cast<uint8_t>(code << (e % 32 < 16 ? 0 : 4));
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<uint8_t> serial_quantize(const Format& f, const std::vector<float>& x) {
+  if (f.sub != 0) return serial_quantize_sub(f, x);
   const int64_t k = static_cast<int64_t>(x.size()), g = quant::group_elems(f, k);
   const int sb = quant::scale_bytes(f.scale);
   const bool sym = f.offset == quant::Offset::kSym;
@@ -341,7 +493,8 @@ TEST(QuantLayout, InterleavedTilesHoldTheSameRows) {
 TEST(QuantLayout, CudaMmaTilesHoldTheSameRows) {
   for (const char* name : kAllFormats) {
     // 2 tiles; spans of 128, 128 and 64 (all 128 for groups of 128)
-    const int64_t k = quant::parse_format(name)->group == 128 ? 384 : 320;
+    const int64_t group = quant::parse_format(name)->group;
+    const int64_t k = group == 128 ? 384 : group == 256 ? 512 : 320;
     Case c = make_case(name, 11, k, 4);
     const int64_t rb = *quant::row_bytes(c.f, c.k);
     ASSERT_EQ(c.cuda.size(), static_cast<size_t>(16 * rb)) << name;
@@ -574,6 +727,32 @@ TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
     }
     for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
       EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc) << r;
+  }
+}
+
+TEST(QuantLinear, SubScaleFormatsComputeAsTheirExpansion) {
+  // Both contracts, every ISA level and layout: a sub-scale format's outputs are those of its
+  // expansion (groups of `sub` with f32 scales d * sc_j), bit for bit; so GGUF k-quant plans
+  // held natively give what they gave held widened.
+  IsaGuard guard;
+  for (const char* name : {"int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym",
+                           "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym"}) {
+    Case c = make_case(name, 21, 512, 93);
+    const Format wf = quant::without_sub_scales(c.f);
+    Case w{wf, c.n, c.k, {}, {}, {}, c.wf, c.bias};
+    const int64_t rb = *quant::row_bytes(c.f, c.k), wrb = *quant::row_bytes(wf, c.k);
+    w.w.resize(c.n * wrb);
+    for (int64_t r = 0; r < c.n; ++r) quant::expand_sub_scales(c.f, c.w.data() + r * rb, c.k, w.w.data() + r * wrb);
+    retile(w);
+    const std::vector<float> x = random_vec(9 * c.k, 95);
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
+      if (isa > detected_isa()) continue;
+      set_active_isa(isa);
+      for (cpu::CpuContract contract : {cpu::CpuContract::kFast, cpu::CpuContract::kReference})
+        for (quant::Layout l : kAllLayouts)
+          EXPECT_TRUE(bit_equal(run_q(c, x, 9, contract, 2, true, nullptr, l), run_q(w, x, 9, contract, 2, true, nullptr, l)))
+              << name << " " << isa_name(isa) << " " << cpu::contract_name(contract) << " " << quant::layout_name(l);
+    }
   }
 }
 
