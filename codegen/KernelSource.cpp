@@ -296,10 +296,10 @@ llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k
     return llmrt::invalid_argument("weight '" + storage +
                                    "' is neither f32/f16/bf16 nor a quantized format (" +
                                    format.status().message() + ")");
-  if (format->sub != 0) // llm-pack-weights gives plans for GPUs the expansion
+  if (!(llmrt::quant::cuda_format(*format) == *format)) // llm-pack-weights gives plans for GPUs the expansion
     return llmrt::invalid_argument(
-        "weight format " + storage + " has sub-scales, which the CUDA kernels do not read (its expansion " +
-        llmrt::quant::format_name(llmrt::quant::without_sub_scales(*format)) + " holds the same values)");
+        "weight format " + storage + " has sub-scales or int5 codes, which the CUDA kernels do not read (its expansion " +
+        llmrt::quant::format_name(llmrt::quant::cuda_format(*format)) + " holds the same values)");
   auto rowBytes = llmrt::quant::row_bytes(*format, k);
   if (!rowBytes.ok())
     return llmrt::invalid_argument(rowBytes.status().message());

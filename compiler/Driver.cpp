@@ -276,7 +276,7 @@ llmrt::Status compile(const CompileOptions &opts) {
       if (!format || t.shape.size() != 2)
         continue;
       if (opts.weightLayout == "cuda-mma") // (sub-scales expanded for the CUDA kernels)
-        format = llmrt::quant::without_sub_scales(*format);
+        format = llmrt::quant::cuda_format(*format);
       auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
       if (!rowBytes.ok())
         continue;

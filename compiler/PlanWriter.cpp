@@ -116,7 +116,7 @@ struct Lowering {
     all.resize(start + static_cast<size_t>(rows * rb));
     uint8_t *packed = all.data() + start;
     auto native = model.tensors->nativeFormat(src.name);
-    if (native && (*native == f || (native->sub != 0 && quant::without_sub_scales(*native) == f))) {
+    if (native && (*native == f || quant::cuda_format(*native) == f)) {
       // The checkpoint's blocks, or (a plan for GPUs) their sub-scales expanded: the same values.
       const bool expand = !(*native == f);
       ASSIGN_OR_RETURN(int64_t nrb, quant::row_bytes(*native, k));
@@ -133,7 +133,7 @@ struct Lowering {
           return llmrt::invalid_argument("tensor '" + src.name + "' (" + quant::format_name(*native) + "), row " +
                                          std::to_string(r) + ": " + bad);
         if (expand)
-          quant::expand_sub_scales(*native, in + r * nrb, k, packed + r * rb);
+          quant::expand_row(*native, in + r * nrb, k, packed + r * rb);
       }
     } else {
       buffer.resize(static_cast<size_t>(rows * k));
@@ -451,7 +451,7 @@ llmrt::StatusOr<PlanStats> Lowering::run(const std::string &path) {
     if (t.halfDense())
       dt = t.quant == "bf16" ? fb::DType::BF16 : fb::DType::F16;
     else if (t.quantized())
-      dt = t.quant.rfind("int8", 0) == 0 ? fb::DType::I8 : fb::DType::I4;
+      dt = t.quant.rfind("int8", 0) == 0 ? fb::DType::I8 : t.quant.rfind("int5", 0) == 0 ? fb::DType::I5 : fb::DType::I4;
     tensorOffsets.push_back(fb::CreateTensorDirect(
         fbb, t.name.c_str(), dt, &t.shape, t.offset, t.size, t.quantized() ? t.quant.c_str() : "",
         t.quantized() ? weightLayout.c_str() : "row_major"));

@@ -102,11 +102,11 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         return signalPassFailure();
       }
       rtn = *f;
-      if (target == "cuda" && f->sub != 0) {
+      if (target == "cuda" && !(llmrt::quant::cuda_format(*f) == *f)) {
         module.emitError() << "--llm-pack-weights: " << quantize
-                           << " has sub-scales, which the CUDA kernels do not read; for cuda "
+                           << " has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda "
                               "quantize to a format without them (e.g. "
-                           << llmrt::quant::format_name(llmrt::quant::without_sub_scales(*f))
+                           << llmrt::quant::format_name(llmrt::quant::cuda_format(*f))
                            << ", the same values per sub-block)";
         return signalPassFailure();
       }
@@ -124,11 +124,12 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         int64_t k = cast<RankedTensorType>(w.getType()).getDimSize(1);
         if (w.getSourceQuantAttr() && !dequantize) {
           chosen = w.getSourceQuantAttr().getValue().str();
-          // The CUDA kernels read no sub-scales: the same values with f32
-          // scales per sub-block (the plan writer expands the blocks exactly).
+          // The CUDA kernels read no sub-scales or int5 codes: the same values
+          // with f32 scales per sub-block, int8 codes (the plan writer
+          // expands the blocks exactly).
           auto f = llmrt::quant::parse_format(chosen);
-          if (target == "cuda" && f.ok() && f->sub != 0)
-            chosen = llmrt::quant::format_name(llmrt::quant::without_sub_scales(*f));
+          if (target == "cuda" && f.ok())
+            chosen = llmrt::quant::format_name(llmrt::quant::cuda_format(*f));
         }
         else if (rtn && (!embeddingLike || quantizeEmbeddings))
           if (auto f = fitGroup(*rtn, k))

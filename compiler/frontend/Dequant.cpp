@@ -179,10 +179,10 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q8_0: return fmt(8, 32, ScaleType::kF16, Offset::kSym);
   case SourceDType::Q4_0: return fmt(4, 32, ScaleType::kF16, Offset::kSym);
   case SourceDType::Q4_1: return fmt(4, 32, ScaleType::kF16, Offset::kMin);
-  case SourceDType::Q5_0: return fmt(8, 32, ScaleType::kF16, Offset::kZeroPoint);
-  case SourceDType::Q5_1: return fmt(8, 32, ScaleType::kF16, Offset::kMin);
+  case SourceDType::Q5_0: return fmt(5, 32, ScaleType::kF16, Offset::kSym);
+  case SourceDType::Q5_1: return fmt(5, 32, ScaleType::kF16, Offset::kMin);
   case SourceDType::Q4_K: return fmt(4, 256, ScaleType::kF16, Offset::kMin, 32);
-  case SourceDType::Q5_K: return fmt(8, 256, ScaleType::kF16, Offset::kMin, 32);
+  case SourceDType::Q5_K: return fmt(5, 256, ScaleType::kF16, Offset::kMin, 32);
   case SourceDType::Q6_K: return fmt(8, 256, ScaleType::kF16, Offset::kSym, 16);
   case SourceDType::Q3_K: return fmt(8, 256, ScaleType::kF16, Offset::kZeroPoint);
   case SourceDType::IQ4_NL: return fmt(4, 32, ScaleType::kF16, Offset::kNl);
@@ -193,8 +193,6 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
 
 bool widenedBlocks(SourceDType type) {
   switch (type) {
-  case SourceDType::Q5_0:
-  case SourceDType::Q5_1:
   case SourceDType::Q3_K:
   case SourceDType::Q4_K:
   case SourceDType::Q5_K:
@@ -208,8 +206,8 @@ bool widenedBlocks(SourceDType type) {
 
 namespace {
 
-// The held bytes of one block at most: Q5_K's 256 elements, 20 header bytes and 256 codes.
-constexpr size_t kMaxHeldBlockBytes = 276;
+// The held bytes of one block at most: Q6_K's 256 elements, 18 header bytes and 256 codes.
+constexpr size_t kMaxHeldBlockBytes = 274;
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes
 // (j < 4: the low 6 bits of bytes j and j + 4; else 4 bits from byte j + 4
@@ -240,15 +238,16 @@ uint8_t *kGroups(const uint8_t *block, int bits, Codes &&codes, uint8_t *out) {
   }
   out += 20;
   for (int j = 0; j < 8; ++j) {
-    if (bits == 4) {
-      for (int l = 0; l < 16; ++l)
-        out[l] = static_cast<uint8_t>(codes(j, l) | (codes(j, l + 16) << 4));
-      out += 16;
-    } else {
+    if (bits == 5) { // the fifth bits as a word (bit l: element l), then the nibbles
+      uint32_t high = 0;
       for (int l = 0; l < 32; ++l)
-        out[l] = static_cast<uint8_t>(codes(j, l));
-      out += 32;
+        high |= static_cast<uint32_t>(codes(j, l) >> 4) << l;
+      std::memcpy(out, &high, 4);
+      out += 4;
     }
+    for (int l = 0; l < 16; ++l)
+      out[l] = static_cast<uint8_t>((codes(j, l) & 15) | (codes(j, l + 16) & 15) << 4);
+    out += 16;
   }
   return out;
 }
@@ -265,30 +264,13 @@ int q3Scale(int s, const uint8_t *b) {
 void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
                   uint8_t *out) {
   const int64_t bb = blockBytes(type);
-  if (!widenedBlocks(type)) { // Q8_0, Q4_0, Q4_1, IQ4_NL: our g32 groups bit for bit
+  if (!widenedBlocks(type)) { // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: our g32 groups bit for bit
     std::memcpy(out, blocks, static_cast<size_t>(numBlocks * bb));
     return;
   }
   for (int64_t b = 0; b < numBlocks; ++b) {
     const uint8_t *blk = blocks + b * bb;
     switch (type) {
-    case SourceDType::Q5_0:
-    case SourceDType::Q5_1: {
-      const bool min = type == SourceDType::Q5_1;
-      uint32_t qh;
-      std::memcpy(&qh, blk + (min ? 4 : 2), 4);
-      const uint8_t *qs = blk + (min ? 8 : 6);
-      std::memcpy(out, blk, min ? 4 : 2); // d (and m)
-      if (!min)
-        out[2] = 16; // the zero point
-      out += min ? 4 : 3;
-      for (int j = 0; j < 16; ++j) {
-        out[j] = static_cast<uint8_t>((qs[j] & 0x0F) | ((qh >> j) & 1) << 4);
-        out[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-      }
-      out += 32;
-      break;
-    }
     case SourceDType::Q4_K: {
       const uint8_t *qs = blk + 16; // 4 runs of 32 bytes: sub-blocks 2c (low), 2c + 1 (high)
       out = kGroups(blk, 4, [&](int j, int l) {
@@ -299,7 +281,7 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
     }
     case SourceDType::Q5_K: {
       const uint8_t *qh = blk + 16, *qs = blk + 48;
-      out = kGroups(blk, 8, [&](int j, int l) {
+      out = kGroups(blk, 5, [&](int j, int l) {
         const uint8_t byte = qs[32 * (j / 2) + l];
         const int low = j % 2 ? byte >> 4 : byte & 0x0F;
         return low | ((qh[l] >> j) & 1) << 4; // bit j of qh[l]: sub-block j's 5th bit

@@ -8,20 +8,20 @@
 // In the 4-bit formats byte j holds element j in its low nibble and element
 // j + 16 in its high nibble.
 //
-// ggml's wider blocks (layouts as in its public block structs; written here
+// ggml's other blocks (layouts as in its public block structs; written here
 // from the format's definition) are held exactly in one of our quantized
-// formats (runtime/quant/quant_format.h), wider than the file:
+// formats (runtime/quant/quant_format.h), some wider than the file:
 //   Q5_0: { f16 d; u8 qh[4]; u8 qs[16]; }   22 bytes / 32, y = d * (q - 16)
-//         -> int8-g32-f16-zp (z = 16)                       35 bytes / 32
+//         -> int5-g32-f16-sym, bit for bit
 //   Q5_1: { f16 d; f16 m; u8 qh[4]; u8 qs[16]; } 24 / 32,   y = d * q + m
-//         -> int8-g32-f16-min                                36 bytes / 32
+//         -> int5-g32-f16-min, bit for bit
 //   (q's 5th bit: bit j of qh for element j; low 4 bits as in Q4_0)
 //   Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128]; } 144 bytes / 256:
 //         8 sub-blocks of 32 with 6-bit scale sc and min m packed in scales;
 //         y = (d * sc) * q - dmin * m  -> int4-g256s32-f16-min  148 bytes / 256
 //         (sub-scales: d, -dmin, the codes sc and m unpacked to a byte each)
 //   Q5_K: Q4_K's header, then u8 qh[32], u8 qs[128]: 176 bytes / 256,
-//         5-bit q                      -> int8-g256s32-f16-min  276 bytes / 256
+//         5-bit q                      -> int5-g256s32-f16-min  180 bytes / 256
 //   Q6_K: { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; } 210 bytes / 256:
 //         16 sub-blocks of 16, y = (d * sc) * (q - 32), q 6-bit
 //                                      -> int8-g256s16-f16-sym  274 bytes / 256
@@ -41,7 +41,7 @@
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
 // is the one ggml's dequantization computes (and the sub-scale formats' values
 // are those of their f32-scale expansion, which plans for GPUs hold:
-// quant::expand_sub_scales) (Q3_K's zeros aside: they take
+// quant::expand_row) (Q3_K's zeros aside: they take
 // d's sign, ggml's that of d * (sc - 32)).
 //
 //===----------------------------------------------------------------------===//
@@ -75,10 +75,11 @@ void dequantizeQ4_0(const uint8_t *blocks, int64_t numBlocks, float *out);
 void dequantizeQ4_1(const uint8_t *blocks, int64_t numBlocks, float *out);
 
 /// The format (cpu_row_groups) that holds a 2-D tensor of a ggml block type
-/// exactly (above): Q8_0 / Q4_0 / Q4_1 / IQ4_NL bit for bit, the others widened;
-/// nullopt for float types.
+/// exactly (above): Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL bit for bit, the
+/// others widened; nullopt for float types.
 std::optional<llmrt::quant::Format> heldFormat(SourceDType type);
-/// Whether heldFormat(type) is wider than the file's blocks (all but Q8_0, Q4_0, Q4_1, IQ4_NL).
+/// Whether heldFormat(type) is wider than the file's blocks (all but Q8_0, Q4_0, Q4_1, Q5_0,
+/// Q5_1, IQ4_NL).
 bool widenedBlocks(SourceDType type);
 /// Writes `numBlocks` consecutive blocks of `type` (a row's worth) as
 /// heldFormat(type)'s groups: row_bytes(format, numBlocks * blockElements).

@@ -111,7 +111,7 @@ void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& bod
 //    formats; else msum = 0); y = acc + msum, then + bias. Groups of 16 (int8 sym) split a
 //    block in two: P_b's halves, each with its group's dw, in element order. With sub-scales
 //    dw and m are the sub-block's d * sc_j and dmin * mc_j (exact f32 products), so the
-//    results are those of the expanded format (quant::expand_sub_scales). (|P_b| < 2^24,
+//    results are those of the expanded format (quant::expand_row). (|P_b| < 2^24,
 //    so float(P_b) is exact.) The scalar implementation is the oracle; the SIMD ones (cpu_interleaved8 layout:
 //    8 weight rows per 32-bit lane, no horizontal sums; AVX-512: two tiles, 16 rows, at a time)
 //    are bit-identical.

@@ -132,7 +132,7 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
     const uint8_t* grp = v.group(gi);
     int z = 0;
     if (f.offset == Offset::kZeroPoint) z = v.zero_point(grp);
-    else if (f.offset == Offset::kSym && f.bits == 4) z = 8;
+    else if (f.offset == Offset::kSym && f.bits < 8) z = 1 << (f.bits - 1);  // int4 8, int5 16
     for (int64_t u = 0; u < g / pe; ++u) {
       float dw, m = 0.0f;
       if (f.sub != 0) {
@@ -152,8 +152,11 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
             const uint8_t byte = v.code_byte(grp, off + i);
             c = f.offset == Offset::kSym ? static_cast<int8_t>(byte) : byte - z;
           } else {  // sub-block off / 32: element i in byte i % 16, the high nibble from 16
-            const uint8_t byte = v.code_byte(grp, off / 2 + i % 16);
+            const int64_t at = off / quant::kSubBlock * (quant::kSubBlock * f.bits / 8);
+            const int64_t nib = at + (f.bits == 5 ? 4 : 0);  // int5: the fifth bits first
+            const uint8_t byte = v.code_byte(grp, nib + i % 16);
             c = i < 16 ? byte & 0x0F : byte >> 4;
+            if (f.bits == 5) c |= (v.code_byte(grp, at + i / 8) >> (i % 8) & 1) << 4;
             c = f.offset == Offset::kNl ? quant::kNlGrid[c] : c - z;
           }
           p += c * xq[i];
@@ -305,7 +308,7 @@ TilesFn pick_bits(const Format& f) {
       case quant::ScaleType::kF32: return tiles16_for<ISA, quant::ScaleType::kF32, TB>();
     }
   }
-  return f.bits == 4 ? pick_offset<ISA, 4, TB>(f) : pick_offset<ISA, 8, TB>(f);
+  return f.bits == 4 ? pick_offset<ISA, 4, TB>(f) : f.bits == 5 ? pick_offset<ISA, 5, TB>(f) : pick_offset<ISA, 8, TB>(f);
 }
 
 template <int TB>

@@ -405,7 +405,7 @@ Status CpuExecutor::decode_step(const Plan& plan, const fb::Step& s, int index, 
     if (!quantized) return weight(0, {n, k}, &st->w);
     StatusOr<quant::Format> f = quant::parse_format(t->quant()->str());
     if (!f.ok()) return f.status().with_context(where + ": weight '" + tname + "'");
-    if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : fb::DType::I4))
+    if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : f->bits == 5 ? fb::DType::I5 : fb::DType::I4))
       return invalid_argument(where + ": weight '" + tname + "' has dtype " +
                               fb::EnumNameDType(t->dtype()) + " but format " + t->quant()->str());
     StatusOr<quant::Layout> layout = quant::parse_layout(t->layout() ? t->layout()->str() : std::string());

@@ -71,7 +71,7 @@ Status check_semantics(const fb::Plan& plan, uint64_t weights_size) {
       const std::string qname = t->quant()->str();
       StatusOr<quant::Format> f = quant::parse_format(qname);
       if (!f.ok()) return f.status().with_context("tensor '" + name + "'");
-      if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : fb::DType::I4))
+      if (t->dtype() != (f->bits == 8 ? fb::DType::I8 : f->bits == 5 ? fb::DType::I5 : fb::DType::I4))
         return invalid_argument("tensor '" + name + "' has dtype " + fb::EnumNameDType(t->dtype()) +
                                 " but format " + qname);
       if (t->shape()->size() != 2)

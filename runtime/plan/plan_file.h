@@ -15,7 +15,7 @@
 namespace llmrt {
 
 inline constexpr uint16_t kSchemaMajor = 1;
-inline constexpr uint16_t kSchemaMinor = 13;  // 1: quantized weights, cpu_kernels; 2: PermuteColumns,
+inline constexpr uint16_t kSchemaMinor = 14;  // 1: quantized weights, cpu_kernels; 2: PermuteColumns,
                                              // cuda_mma_n8; 3: RopeKvStore; 4: grid rules with
                                              // " + seqs*<s>" (tiled paged attention); 5: a step's
                                              // gemm_library and library_input_kernel (cuBLASLt);
@@ -28,7 +28,8 @@ inline constexpr uint16_t kSchemaMinor = 13;  // 1: quantized weights, cpu_kerne
                                              // (silu_mul inside the decode gate|up GEMV);
                                              // 12: a step's norm_kernel (add_rms_norm after
                                              // the decode GEMV, in its last block); 13: the
-                                             // program's sampling_kernel
+                                             // program's sampling_kernel; 14: I5 tensors
+                                             // (int5 codes), sub-scale formats
 /// Version of the CPU kernel ABI (step semantics + param names in PROGRAM.md).
 inline constexpr uint32_t kCpuKernelAbi = 2;  // 2: fast contract sums whole blocks (kernels.h)
 inline constexpr uint64_t kWeightAlignment = 4096;

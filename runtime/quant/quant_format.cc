@@ -35,7 +35,7 @@ void code_range(const Format& f, int* lo, int* hi) {
     *hi = f.offset == Offset::kSym ? 127 : 255;
   } else {
     *lo = 0;
-    *hi = 15;
+    *hi = (1 << f.bits) - 1;  // int4 15, int5 31
   }
 }
 
@@ -85,24 +85,77 @@ void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, flo
            : 0.0f;
 }
 
-Format without_sub_scales(const Format& f) {
-  if (f.sub == 0) return f;
-  return Format{f.bits, f.sub, ScaleType::kF32, f.offset, 0};
+Format cuda_format(const Format& f) {
+  Format w = f;
+  if (f.sub != 0) w = Format{f.bits, f.sub, ScaleType::kF32, f.offset, 0};
+  if (f.bits == 5) {
+    w.bits = 8;
+    if (w.offset == Offset::kSym) w.offset = Offset::kZeroPoint;  // d (q - 16)
+  }
+  return w;
 }
 
-void expand_sub_scales(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
-  const Format w = without_sub_scales(f);
-  const int64_t gb = group_bytes(f, f.group), hb = header_bytes(f), nsub = sub_scales(f);
-  const int64_t code_bytes = f.sub * f.bits / 8;
-  for (int64_t gi = 0; gi < k / f.group; ++gi, row += gb)
-    for (int64_t j = 0; j < nsub; ++j) {
-      float d, m;
-      sub_block_scale(f, row, j, &d, &m);
-      std::memcpy(out, &d, 4);
-      if (w.offset == Offset::kMin) std::memcpy(out + 4, &m, 4);
-      out += base_header_bytes(w);
-      std::memcpy(out, row + hb + j * code_bytes, static_cast<size_t>(code_bytes));
-      out += code_bytes;
+namespace {
+
+// Writes the codes c[0 .. n) (each within the format's code range, as stored: int8 sym as its
+// byte, int4 / int5 unsigned) in the row layout: int8 a byte each; int4 sub-blocks of 16 bytes,
+// element i in byte i's low nibble and i + 16 in its high one; int5 sub-blocks of 20 bytes,
+// the fifth bits as a little-endian word (bit i: element i), then the int4 nibbles.
+void put_codes(int bits, const int* c, int64_t n, uint8_t* q) {
+  if (bits == 8) {
+    for (int64_t i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(c[i]);
+    return;
+  }
+  for (int64_t s = 0; s < n; s += kSubBlock, c += kSubBlock) {
+    if (bits == 5) {
+      uint32_t high = 0;
+      for (int i = 0; i < kSubBlock; ++i) high |= static_cast<uint32_t>((c[i] >> 4) & 1) << i;
+      std::memcpy(q, &high, 4);
+      q += 4;
+    }
+    for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>((c[i] & 15) | (c[i + 16] & 15) << 4);
+    q += 16;
+  }
+}
+
+// Code i (< 32) of the int4 / int5 sub-block at q, unsigned.
+int sub_block_code(int bits, const uint8_t* q, int i) {
+  const uint8_t* nib = bits == 5 ? q + 4 : q;
+  const int low = i < 16 ? nib[i] & 15 : nib[i - 16] >> 4;
+  if (bits == 4) return low;
+  uint32_t high;
+  std::memcpy(&high, q, 4);
+  return low | static_cast<int>((high >> i) & 1) << 4;
+}
+
+}  // namespace
+
+void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
+  const Format w = cuda_format(f);
+  const int64_t g = group_elems(f, k), pe = scale_elems(f, k);
+  const int64_t gb = group_bytes(f, g), hb = header_bytes(f), whb = base_header_bytes(w);
+  const int sb = scale_bytes(f.scale);
+  std::vector<int> codes(static_cast<size_t>(pe));
+  for (int64_t gi = 0; gi < k / g; ++gi, row += gb)
+    for (int64_t j = 0; j < g / pe; ++j) {  // the output's groups: one per scale of f
+      if (f.sub != 0) {
+        float d, m;
+        sub_block_scale(f, row, j, &d, &m);
+        std::memcpy(out, &d, 4);
+        if (w.offset == Offset::kMin) std::memcpy(out + 4, &m, 4);
+      } else {  // (int5: the header as it is, then z = 16 where sym became a zero point)
+        std::memcpy(out, row, static_cast<size_t>(base_header_bytes(f)));
+        if (f.offset == Offset::kSym && w.offset == Offset::kZeroPoint) out[sb] = 16;
+      }
+      out += whb;
+      const uint8_t* q = row + hb + j * pe * f.bits / 8;
+      if (f.bits == w.bits) {
+        std::memcpy(out, q, static_cast<size_t>(pe * f.bits / 8));
+      } else {  // int5 codes as int8 bytes
+        for (int64_t i = 0; i < pe; ++i) codes[i] = sub_block_code(5, q + i / kSubBlock * 20, static_cast<int>(i % kSubBlock));
+        put_codes(8, codes.data(), pe, out);
+      }
+      out += pe * w.bits / 8;
     }
 }
 
@@ -143,6 +196,9 @@ const char* layout_name(Layout l) {
 
 StatusOr<uint64_t> tensor_bytes(const Format& f, Layout l, int64_t n, int64_t k) {
   ASSIGN_OR_RETURN(int64_t rb, row_bytes(f, k));
+  if (l == Layout::kCudaMma8 && f.bits == 5)
+    return invalid_argument(format_name(f) + " has no " + kLayoutCudaMma8 + " layout (plans for GPUs hold " +
+                            format_name(cuda_format(f)) + ")");
   if (n < 0) return invalid_argument("negative row count");
   const uint64_t rows = is_tiled(l) ? static_cast<uint64_t>((n + kTileRows - 1) / kTileRows * kTileRows)
                                                     : static_cast<uint64_t>(n);
@@ -375,7 +431,7 @@ StatusOr<Format> parse_format(std::string_view name) {
   const std::string full(name);
   auto bad = [&](const std::string& why) {
     return invalid_argument("quantization format '" + full + "': " + why +
-                            " (expected int<4|8>-g<N>[s<M>]|row-<f16|bf16|f32>-<sym|zp|min|nl>)");
+                            " (expected int<4|5|8>-g<N>[s<M>]|row-<f16|bf16|f32>-<sym|zp|min|nl>)");
   };
   std::string_view parts[4];
   int n = 0;
@@ -391,6 +447,7 @@ StatusOr<Format> parse_format(std::string_view name) {
   if (n != 4 || !name.empty()) return bad("it has not four parts");
   Format f;
   if (parts[0] == "int4") f.bits = 4;
+  else if (parts[0] == "int5") f.bits = 5;
   else if (parts[0] == "int8") f.bits = 8;
   else return bad("bits '" + std::string(parts[0]) + "'");
   std::string_view group = parts[1], sub;
@@ -431,7 +488,7 @@ StatusOr<Format> parse_format(std::string_view name) {
 }
 
 std::string format_name(const Format& f) {
-  std::string s = f.bits == 8 ? "int8-" : "int4-";
+  std::string s = "int" + std::to_string(f.bits) + "-";
   s += f.group == 0 ? "row" : "g" + std::to_string(f.group);
   if (f.sub != 0) s += "s" + std::to_string(f.sub);
   s += f.scale == ScaleType::kF16 ? "-f16" : f.scale == ScaleType::kBF16 ? "-bf16" : "-f32";
@@ -464,6 +521,15 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
       }
       continue;
     }
+    if (f.bits == 5) {  // (the expressions of int8 zp / min: cuda_format's values are these)
+      if (f.offset == Offset::kSym) z = 16;
+      for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += 20)
+        for (int i = 0; i < kSubBlock; ++i) {
+          const int c = sub_block_code(5, q, i);
+          y[sbk + i] = f.offset == Offset::kMin ? d * static_cast<float>(c) + m : d * static_cast<float>(c - z);
+        }
+      continue;
+    }
     if (f.offset == Offset::kSym) z = 8;
     for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += kSubBlock / 2) {
       for (int i = 0; i < 16; ++i) {
@@ -492,9 +558,9 @@ std::string check_row(const Format& f, const uint8_t* row, int64_t k) {
     if (!std::isfinite(load_scale(f.scale, row)) ||
         (f.offset == Offset::kMin && !std::isfinite(load_scale(f.scale, row + sb))))
       return "group " + std::to_string(gi) + " has a scale or min that is not finite";
-    if (f.offset == Offset::kZeroPoint && f.bits == 4 && row[sb] > 15)
+    if (f.offset == Offset::kZeroPoint && f.bits < 8 && row[sb] >= (1 << f.bits))
       return "group " + std::to_string(gi) + " has zero point " + std::to_string(row[sb]) +
-             ", beyond the 4-bit code range";
+             ", beyond the " + std::to_string(f.bits) + "-bit code range";
   }
   return "";
 }
@@ -554,8 +620,9 @@ void write_codes(const Format& f, const float* v, int64_t n, float d, float m, u
   int lo, hi;
   code_range(f, &lo, &hi);
   const float id = d > 0.0f ? 1.0f / d : 0.0f;
-  const float qlo = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? -8 : lo);
-  const float qhi = static_cast<float>(f.offset == Offset::kSym && f.bits == 4 ? 7 : hi);
+  const int half = f.bits < 8 ? 1 << (f.bits - 1) : 0;  // int4 / int5 sym: codes q - 8 / q - 16
+  const float qlo = static_cast<float>(f.offset == Offset::kSym && half ? -half : lo);
+  const float qhi = static_cast<float>(f.offset == Offset::kSym && half ? half - 1 : hi);
   // The scaled value clamped to the codes' range, then rounded to nearest, ties to even (as
   // nearbyint in the default rounding mode; clamping first gives the same code, as both steps
   // keep order and integers): adding and subtracting 1.5 * 2^23 leaves a float below 2^22 in
@@ -572,11 +639,11 @@ void write_codes(const Format& f, const float* v, int64_t n, float d, float m, u
     for (int64_t i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(code(v[i]));
     return;
   }
-  const int bias = f.offset == Offset::kSym ? 8 : 0;
-  for (int64_t sbk = 0; sbk < n; sbk += kSubBlock, q += kSubBlock / 2) {
+  const int bias = f.offset == Offset::kSym ? half : 0;
+  for (int64_t sbk = 0; sbk < n; sbk += kSubBlock, q += kSubBlock * f.bits / 8) {
     int c[kSubBlock];
     for (int i = 0; i < kSubBlock; ++i) c[i] = code(v[sbk + i]) + bias;
-    for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(c[i] | (c[i + 16] << 4));
+    put_codes(f.bits, c, kSubBlock, q);
   }
 }
 
@@ -591,7 +658,7 @@ void ideal_scale(const Format& f, const float* v, int64_t n, float* d, float* m)
   if (f.offset == Offset::kNl) {
     *d = (std::fabs(mn) >= std::fabs(mx) ? mn : mx) / -127.0f;
   } else if (f.offset == Offset::kSym) {
-    *d = std::max(std::fabs(mn), std::fabs(mx)) / (f.bits == 8 ? 127.0f : 7.0f);
+    *d = std::max(std::fabs(mn), std::fabs(mx)) / (f.bits == 8 ? 127.0f : f.bits == 5 ? 15.0f : 7.0f);
   } else {
     int lo, hi;
     code_range(f, &lo, &hi);

@@ -8,11 +8,14 @@
 //   codes   int8: group bytes, element order
 //           int4: group / 2 bytes in sub-blocks of 32 elements = 16 bytes each; byte i of a
 //                 sub-block holds element i in its low nibble and element i + 16 in its high one
+//           int5: sub-blocks of 32 elements = 20 bytes each: a little-endian 32-bit word whose
+//                 bit i is element i's fifth bit, then 16 bytes of the low 4 bits as int4
 //
 // Value of code q (scale d, min m, zero point z):
 //   sym  int8: d * q (q signed int8)        sym  int4: d * (q - 8)   (q the nibble 0..15)
 //   zp   int8: d * (q - z) (q, z uint8)      zp   int4: d * (q - z)   (z 0..15)
 //   min  int8: d * q + m (q uint8)           min  int4: d * q + m
+//   int5 as int4 with q 0..31: sym d * (q - 16), zp d * (q - z) (z 0..31), min d * q + m
 //                                            nl   int4: d * kNlGrid[q] (header: the scale only)
 //
 // nl (int4 only, groups of 32 n) is GGUF's IQ4_NL (int4-g32-f16-nl, bit for bit) and IQ4_XS
@@ -21,16 +24,17 @@
 // permutes).
 //
 // A group is a multiple of 32 elements, or 16 for int8 sym (GGUF's 16-element sub-blocks); rows
-// are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32).
+// are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32). int5
+// has no cuda_mma_n8 layout: plans for GPUs hold cuda_format's int8 codes.
 //
 // With a group of 32 and f16 scales these are GGUF's blocks bit for bit: int8-g32-f16-sym is
-// Q8_0, int4-g32-f16-sym is Q4_0, int4-g32-f16-min is Q4_1 (block_q8_0/q4_0/q4_1 of ggml).
+// Q8_0, int4-g32-f16-sym is Q4_0, int4-g32-f16-min is Q4_1, int5-g32-f16-sym is Q5_0 and
+// int5-g32-f16-min is Q5_1 (block_q8_0/q4_0/q4_1/q5_0/q5_1 of ggml).
 // Every product d * q above is exact in f32 (a 24-bit significand holds 11 + 9 bits), so
 // dequantization does not depend on how it is evaluated. GGUF's other blocks are held exactly
-// in a wider format (compiler/frontend/Dequant.h): Q5_0 as int8-g32-f16-zp (z = 16), Q5_1 as
-// int8-g32-f16-min, and the k-quants, whose sub-block scale is a product d * sc of an f16 and a
+// in a format of ours (compiler/frontend/Dequant.h): the k-quants, whose sub-block scale is a product d * sc of an f16 and a
 // 6- or 8-bit integer (exact in f32), with sub-scales (below): Q4_K int4-g256s32-f16-min, Q5_K
-// int8-g256s32-f16-min (the min negated), Q6_K int8-g256s16-f16-sym (codes q - 32; d * sc *
+// int5-g256s32-f16-min (the min negated), Q6_K int8-g256s16-f16-sym (codes q - 32; d * sc *
 // (q - 32) is one f32 rounding there as in ggml's (d * sc) * q).
 //
 // Sub-scales (k-quant style, two-level): "g<group>s<sub>" (e.g. int4-g256s32-f16-min) gives every
@@ -42,11 +46,11 @@
 // and sub-block j has the scale d * sc_j and the min dmin * mc_j (f32 products of an f16/bf16 and
 // an int8: exact, at most 11 + 8 significant bits), its codes then read as above. So a sub-scale
 // format's values, and every kernel's results, are those of the format with groups of `sub` and
-// those products as f32 scales (expand_sub_scales writes it): GGUF's Q4_K is int4-g256s32-f16-min
-// (4.625 bits per weight, against 6 as int4-g32-f32-min), Q5_K int8-g256s32-f16-min, Q6_K
+// those products as f32 scales (expand_row writes it): GGUF's Q4_K is int4-g256s32-f16-min
+// (4.625 bits per weight, against 6 as int4-g32-f32-min), Q5_K int5-g256s32-f16-min, Q6_K
 // int8-g256s16-f16-sym, IQ4_XS int4-g256s32-f16-nl. Zero points take no sub-scales.
 //
-// Names: "int<bits>-g<group>[s<sub>]|row-<f16|bf16|f32>-<sym|zp|min|nl>", e.g. "int4-g128-f16-zp".
+// Names: "int<4|5|8>-g<group>[s<sub>]|row-<f16|bf16|f32>-<sym|zp|min|nl>", e.g. "int4-g128-f16-zp".
 //
 // The "cpu_interleaved8" layout (the CPU default of the pack-weights pass) holds the same bytes
 // regrouped so that one 32-byte SIMD load covers 8 rows: rows go in tiles of 8 (the last tile
@@ -57,8 +61,9 @@
 //   per sub-block j the 8 rows' codes sc_j, then (min) per sub-block the 8 rows' mc_j], then
 //   the 8 rows' code bytes in 4-byte chunks: code byte 32 * c + 4 * r + e is byte 4 * c + e of
 //   row r's group codes in the row layout above (so per 32-element sub-block c < 8 for int8,
-//   c < 4 for int4: the low nibbles are elements 4c..4c+3, the high ones 16+4c..16+4c+3; a group
-//   of 16 has 4 chunks).
+//   c < 4 for int4: the low nibbles are elements 4c..4c+3, the high ones 16+4c..16+4c+3; int5:
+//   c < 5, chunk 0 the 8 rows' words of fifth bits, then the int4 chunks; a group of 16 has 4
+//   chunks).
 //
 // So a tile is 8 row_bytes and a load of chunk c gives, per 32-bit lane r, four codes of row r:
 // a dot product against 4 activations broadcast to every lane needs no horizontal sums.
@@ -71,7 +76,7 @@
 //   scales   [G][8] of the scale type (group-major: one group's 8 rows are adjacent)
 //   offsets  [G][8]: min: scale type; zero point: bytes; sym: absent
 //   [sub-scales: [G][S][8] codes sc_j, then (min) [G][S][8] codes mc_j; S sub-blocks a group.
-//    The CUDA kernels do not read these: plans for GPUs hold expand_sub_scales' format]
+//    The CUDA kernels do not read these: plans for GPUs hold cuda_format's expansion]
 //   codes    k in spans of up to 128 elements (4 sub-blocks of 32; the last span may be shorter:
 //            m = its sub-blocks). In a span, lane L (0..31) of a warp owns m * W consecutive
 //            bytes at span_base + L * m * W (W = 4 for int4, 8 for int8 per sub-block), so one
@@ -128,7 +133,7 @@ StatusOr<Layout> parse_layout(std::string_view name);
 const char* layout_name(Layout l);
 
 struct Format {
-  int bits = 4;                       // 4 | 8
+  int bits = 4;                       // 4 | 5 | 8
   int64_t group = 32;                 // elements per group: a multiple of 32, 16 (int8 sym); 0 = the whole row
   ScaleType scale = ScaleType::kF16;
   Offset offset = Offset::kSym;
@@ -147,11 +152,12 @@ inline int64_t group_elems(const Format& f, int64_t k) { return f.group == 0 ? k
 inline int64_t sub_scales(const Format& f) { return f.sub == 0 ? 0 : f.group / f.sub; }
 /// Elements that share one scale: the sub-block with sub-scales, else the group.
 inline int64_t scale_elems(const Format& f, int64_t k) { return f.sub != 0 ? f.sub : group_elems(f, k); }
-/// The format with the same values and no sub-scales: groups of `sub`, f32 scales (and mins);
-/// f itself when it has none.
-Format without_sub_scales(const Format& f);
-/// One row of f (with sub-scales) in without_sub_scales(f): row_bytes of that format in out.
-void expand_sub_scales(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);
+/// The format with the same values that the CUDA kernels read: no sub-scales (groups of `sub`,
+/// f32 scales and mins d * sc_j, dmin * mc_j) and no int5 codes (int8 bytes; sym becomes a zero
+/// point of 16); f itself when it has neither.
+Format cuda_format(const Format& f);
+/// One row of f in cuda_format(f): row_bytes of that format in out.
+void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);
 /// Scale and min (0 for other offsets) of sub-block j (< sub_scales) of a group whose header is
 /// at h in the row layout.
 void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, float* m);

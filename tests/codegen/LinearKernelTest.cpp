@@ -240,7 +240,7 @@ TEST(QuantizeQ8Kernel, QuantizesAsTheCpuFastContractBitForBit) {
 TEST(LinearKernel, SubScaleFormatsAreRefusedNamingTheirExpansion) {
   // The CUDA kernels read no sub-scales (llm-pack-weights gives plans for GPUs the expansion):
   // every family that reads quantized weights says so instead of emitting a kernel.
-  const std::string why = "int4-g256s32-f16-min has sub-scales, which the CUDA kernels do not read (its "
+  const std::string why = "int4-g256s32-f16-min has sub-scales or int5 codes, which the CUDA kernels do not read (its "
                           "expansion int4-g32-f32-min";
   auto linear = llmc::emitLinearKernel({64, 512, "int4-g256s32-f16-min", false, false, false, true});
   ASSERT_FALSE(linear.ok());

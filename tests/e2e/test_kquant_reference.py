@@ -29,13 +29,13 @@ from refcheck import kl_top1
 FIX = FIXTURES / "kquant"
 FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf", "tiny_q3_k_m.gguf",
          "tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"]
-HELD = {"Q4_K": "int4-g256s32-f16-min", "Q5_K": "int8-g256s32-f16-min", "Q6_K": "int8-g256s16-f16-sym",
-        "Q5_0": "int8-g32-f16-zp", "Q5_1": "int8-g32-f16-min", "Q3_K": "int8-g256-f16-zp",
+HELD = {"Q4_K": "int4-g256s32-f16-min", "Q5_K": "int5-g256s32-f16-min", "Q6_K": "int8-g256s16-f16-sym",
+        "Q5_0": "int5-g32-f16-sym", "Q5_1": "int5-g32-f16-min", "Q3_K": "int8-g256-f16-zp",
         "IQ4_NL": "int4-g32-f16-nl", "IQ4_XS": "int4-g256s32-f16-nl"}
-# Plans for GPUs: the sub-scale formats expanded (groups of the sub-block, f32 scales), which the
-# CUDA kernels read.
+# Plans for GPUs: the sub-scale formats expanded (groups of the sub-block, f32 scales) and int5
+# codes as int8 bytes, which the CUDA kernels read.
 HELD_CUDA = dict(HELD, Q4_K="int4-g32-f32-min", Q5_K="int8-g32-f32-min", Q6_K="int8-g16-f32-sym",
-                 IQ4_XS="int4-g32-f32-nl")
+                 IQ4_XS="int4-g32-f32-nl", Q5_0="int8-g32-f16-zp", Q5_1="int8-g32-f16-min")
 REF_TOL = 1e-4
 FAST_KL = 6e-3
 FAST_TOP1 = 0.9
@@ -151,11 +151,13 @@ def test_cuda_layout_holds_nl_codes_too(name, llmc, llmrt, compile_plan, tmp_pat
     assert worst <= REF_TOL, f"{name} in cuda-mma: {worst:.3e} of max|logit| from llama.cpp (F32 copy)"
 
 
-@pytest.mark.parametrize("name", ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_iq4_xs.gguf"])
-def test_sub_scale_plans_compute_what_their_expansion_does(name, llmc, llmrt, compile_plan, tmp_path):
-    # The CPU plan holds Q4_K / Q5_K / Q6_K / IQ4_XS with sub-scales (a byte each); a cuda-mma plan
-    # holds their expansion (f32 scales per sub-block), which the CPU executor reads too. Both
-    # contracts give the same logits from both, bit for bit: the sub-scales are exact.
+@pytest.mark.parametrize("name", ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_iq4_xs.gguf", "tiny_q5_0.gguf",
+                                  "tiny_q5_1.gguf"])
+def test_cpu_plans_compute_what_their_cuda_expansion_does(name, llmc, llmrt, compile_plan, tmp_path):
+    # The CPU plan holds Q4_K / Q5_K / Q6_K / IQ4_XS with sub-scales (a byte each) and Q5_0 / Q5_1 /
+    # Q5_K as int5 codes; a cuda-mma plan holds their expansion (f32 scales per sub-block, int8
+    # codes), which the CPU executor reads too. Both contracts give the same logits from both, bit
+    # for bit: the sub-scales' products are exact, the codes the same.
     ref = load_ref()
     types = ref["files"][name]["types"]
     for contract in ("fast", "reference"):

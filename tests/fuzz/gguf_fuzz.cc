@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       continue;
     held.assign(static_cast<size_t>(*heldRow), 0);
     // Sub-scale formats (k-quants): the expansion GPU plans hold has the same values, bit for bit.
-    const llmrt::quant::Format wide = llmrt::quant::without_sub_scales(*format);
+    const llmrt::quant::Format wide = llmrt::quant::cuda_format(*format);
     std::vector<uint8_t> expanded(static_cast<size_t>(*llmrt::quant::row_bytes(wide, k)));
     std::vector<float> check(static_cast<size_t>(k));
     for (int64_t r = 0; r < t.numElements / k; ++r) {
@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       llmrt::quant::dequantize_row(*format, held.data(), k, buffer.data());
       if (format->sub == 0)
         continue;
-      llmrt::quant::expand_sub_scales(*format, held.data(), k, expanded.data());
+      llmrt::quant::expand_row(*format, held.data(), k, expanded.data());
       llmrt::quant::dequantize_row(wide, expanded.data(), k, check.data());
       if (std::memcmp(check.data(), buffer.data(), static_cast<size_t>(k) * sizeof(float)) != 0)
         __builtin_trap(); // the sub-scales' products must be exact

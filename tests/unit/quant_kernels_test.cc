@@ -47,7 +47,13 @@ const char* kAllFormats[] = {
     "int4-g32-f16-nl",  "int4-g32-f32-nl",  "int4-g64-bf16-nl",  "int4-row-f32-nl",
     // sub-scales: GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS as the compiler holds them, and others
     "int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
-    "int4-g64s32-bf16-sym", "int8-g64s16-bf16-sym", "int8-g64s32-f16-sym"};
+    "int4-g64s32-bf16-sym", "int8-g64s16-bf16-sym", "int8-g64s32-f16-sym",
+    // int5: GGUF's Q5_0, Q5_1 (bit for bit) and Q5_K as held, and others
+    "int5-g32-f16-sym", "int5-g32-f16-min", "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-g128-f32-min",
+    "int5-row-f32-sym"};
+
+// Layouts that hold format f: int5 has no cuda_mma_n8 (plans for GPUs hold cuda_format's int8).
+bool has_layout(const Format& f, quant::Layout l) { return !(l == quant::Layout::kCudaMma8 && f.bits == 5); }
 
 // ---------------- formats ----------------
 
@@ -69,7 +75,9 @@ TEST(QuantFormat, BadNamesSayWhy) {
                           // points, f16/bf16 scales; row groups take none
                           "int4-g256s16-f16-min", "int4-g256s64-f16-min", "int8-g32s32-f16-sym",
                           "int8-g48s16-f16-sym", "int4-g256s32-f16-zp", "int4-g256s32-f32-min",
-                          "int4-rows32-f16-min", "int4-g256s-f16-min", "int4-g256s32x-f16-min"}) {
+                          "int4-rows32-f16-min", "int4-g256s-f16-min", "int4-g256s32x-f16-min",
+                          // int5: no nl codes, no groups of 16
+                          "int5-g32-f16-nl", "int5-g16-f16-sym", "int6-g32-f16-sym"}) {
     StatusOr<Format> f = quant::parse_format(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_NE(f.status().message().find("quantization format"), std::string::npos);
@@ -101,10 +109,20 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
   EXPECT_EQ(quant::sub_scales(q4k), 8);
   EXPECT_EQ(quant::base_header_bytes(q4k), 4);
   EXPECT_EQ(quant::header_bytes(q4k), 20);
-  EXPECT_EQ(quant::format_name(quant::without_sub_scales(q4k)), "int4-g32-f32-min");
-  EXPECT_EQ(quant::format_name(quant::without_sub_scales(*quant::parse_format("int8-g256s16-f16-sym"))),
+  EXPECT_EQ(quant::format_name(quant::cuda_format(q4k)), "int4-g32-f32-min");
+  EXPECT_EQ(quant::format_name(quant::cuda_format(*quant::parse_format("int8-g256s16-f16-sym"))),
             "int8-g16-f32-sym");
-  EXPECT_EQ(quant::without_sub_scales(*quant::parse_format("int4-g32-f16-zp")), *quant::parse_format("int4-g32-f16-zp"));
+  EXPECT_EQ(quant::cuda_format(*quant::parse_format("int4-g32-f16-zp")), *quant::parse_format("int4-g32-f16-zp"));
+  // int5: 20 bytes per sub-block of 32 (the fifth bits' word, the nibbles): Q5_0 22 bytes per 32,
+  // Q5_1 24, as GGUF's; Q5_K 180 per 256 (the file 176). Plans for GPUs hold int8 codes.
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int5-g32-f16-sym"), 64), 44);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int5-g32-f16-min"), 64), 48);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int5-g256s32-f16-min"), 256), 180);
+  EXPECT_EQ(quant::format_name(quant::cuda_format(*quant::parse_format("int5-g32-f16-sym"))), "int8-g32-f16-zp");
+  EXPECT_EQ(quant::format_name(quant::cuda_format(*quant::parse_format("int5-g256s32-f16-min"))), "int8-g32-f32-min");
+  auto cuda5 = quant::tensor_bytes(*quant::parse_format("int5-g32-f16-min"), quant::Layout::kCudaMma8, 8, 64);
+  ASSERT_FALSE(cuda5.ok());
+  EXPECT_NE(cuda5.status().message().find("int8-g32-f16-min"), std::string::npos) << cuda5.status().message();
 }
 
 // A sub-scale format's values are its expansion's (groups of `sub`, f32 scales d * sc_j and mins
@@ -113,7 +131,7 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
 TEST(QuantFormat, SubScalesAreExactProducts) {
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
                            "int8-g64s32-bf16-min", "int4-g64s32-bf16-sym"}) {
-    const Format f = *quant::parse_format(name), w = quant::without_sub_scales(f);
+    const Format f = *quant::parse_format(name), w = quant::cuda_format(f);
     const int64_t k = 512, rb = *quant::row_bytes(f, k);
     std::vector<uint8_t> row(rb);
     std::mt19937 rng(5);
@@ -126,7 +144,7 @@ TEST(QuantFormat, SubScalesAreExactProducts) {
       row[at + bhb + 1] = 0x7F;  // sc_1 = 127
     }
     std::vector<uint8_t> wide(*quant::row_bytes(w, k));
-    quant::expand_sub_scales(f, row.data(), k, wide.data());
+    quant::expand_row(f, row.data(), k, wide.data());
     std::vector<float> a(k), b(k);
     quant::dequantize_row(f, row.data(), k, a.data());
     quant::dequantize_row(w, wide.data(), k, b.data());
@@ -196,9 +214,10 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
         if (f.offset == quant::Offset::kNl) {
           lo = std::min(-127 * dj, 113 * dj), hi = std::max(-127 * dj, 113 * dj), half = 14 * std::fabs(dj);
         } else if (f.offset == quant::Offset::kSym) {
-          lo = (f.bits == 8 ? -127 : -8) * dj, hi = (f.bits == 8 ? 127 : 7) * dj, half = 0.5f * dj;
+          const int top = f.bits == 8 ? 127 : (1 << (f.bits - 1)) - 1;
+          lo = (f.bits == 8 ? -127 : -top - 1) * dj, hi = top * dj, half = 0.5f * dj;
         } else {
-          lo = mj, hi = mj + (f.bits == 8 ? 255 : 15) * dj, half = 0.5f * dj;
+          lo = mj, hi = mj + ((1 << f.bits) - 1) * dj, half = 0.5f * dj;
         }
         float amax = 0, mn = 0, mx = 0;
         for (int64_t i = e; i < e + f.sub; ++i) {
@@ -208,8 +227,8 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
           mn = std::min(mn, x[i]);
           mx = std::max(mx, x[i]);
         }
-        const float ideal = f.offset == quant::Offset::kSym ? amax / (f.bits == 8 ? 127 : 7)
-                            : f.offset == quant::Offset::kNl ? amax / 127 : (mx - mn) / (f.bits == 8 ? 255 : 15);
+        const float ideal = f.offset == quant::Offset::kSym ? amax / (f.bits == 8 ? 127 : (1 << (f.bits - 1)) - 1)
+                            : f.offset == quant::Offset::kNl ? amax / 127 : (mx - mn) / ((1 << f.bits) - 1);
         EXPECT_LE(std::fabs(std::fabs(dj) - ideal), 0.5f * d * 1.01f) << name << " at " << e;
       }
       continue;
@@ -221,10 +240,10 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
         mx = std::max(mx, x[i]);
         amax = std::max(amax, std::fabs(x[i]));
       }
-      const int levels = f.bits == 8 ? 255 : 15;
+      const int levels = (1 << f.bits) - 1;
       // nl: the grid's widest gap is 23 (-127 .. -104), and the values past 113 (where the
       // largest magnitude is negative, up to 127 of the other sign) are 14 from it at most.
-      const float step = f.offset == quant::Offset::kSym  ? amax / (f.bits == 8 ? 127 : 7)
+      const float step = f.offset == quant::Offset::kSym  ? amax / (f.bits == 8 ? 127 : (1 << (f.bits - 1)) - 1)
                          : f.offset == quant::Offset::kNl ? 28.0f * amax / 127.0f
                                                           : (mx - mn) / levels;
       for (int64_t i = base; i < base + g; ++i)
@@ -239,6 +258,24 @@ TEST(QuantFormat, QuantizeRowErrorIsWithinHalfAStep) {
 // max folded from the first element (the first of equal values kept: the sign of a zero), round
 // to nearest even with nearbyint, then clamped; on rows that probe the fast path's shortcuts
 // (signed zeros, all zeros, ties at half a step, values beyond the codes' range).
+// Element i's code c (unsigned: int4 / int5 as stored, int8 as its byte) of a group's codes q, in
+// the row layout's order spelled out: int8 byte i; int4 sub-block i / 32 of 16 bytes, element c
+// in byte c % 16, the high nibble for c >= 16; int5 sub-blocks of 20 bytes, the fifth bit at bit
+// c of the first 4 bytes, the low 4 bits as int4 after them.
+void put_code(const Format& f, uint8_t* q, int64_t i, int code) {
+  if (f.bits == 8) {
+    q[i] = static_cast<uint8_t>(code);
+    return;
+  }
+  const int64_t sub = i / 32, c = i % 32;
+  uint8_t* b = q + sub * (f.bits == 5 ? 20 : 16);
+  if (f.bits == 5) {
+    b[c / 8] |= static_cast<uint8_t>(((code >> 4) & 1) << (c % 8));
+    b += 4;
+  }
+  b[c % 16] |= static_cast<uint8_t>((code & 15) << (c < 16 ? 0 : 4));
+}
+
 // Sub-scales: each sub-block's scale (and min) as a group's above, in f32; d = the largest |scale|
 // / 127 and dmin = the least min / 127 in the scale type; sc_j = scale_j / d and mc_j = min_j /
 // dmin rounded to nearest even within +-127 (0 where d or dmin is 0); then the sub-block's codes
@@ -248,8 +285,9 @@ std::vector<uint8_t> serial_quantize_sub(const Format& f, const std::vector<floa
   const int sb = quant::scale_bytes(f.scale);
   const int64_t bhb = quant::base_header_bytes(f), hb = quant::header_bytes(f);
   const bool sym = f.offset == quant::Offset::kSym, nl = f.offset == quant::Offset::kNl;
-  const int lo = f.bits == 8 ? (sym ? -127 : 0) : (sym ? -8 : 0);
-  const int hi = f.bits == 8 ? (sym ? 127 : 255) : (sym ? 7 : 15);
+  const int half = f.bits == 8 ? 0 : 1 << (f.bits - 1);
+  const int lo = f.bits == 8 ? (sym ? -127 : 0) : (sym ? -half : 0);
+  const int hi = f.bits == 8 ? (sym ? 127 : 255) : (sym ? half - 1 : 2 * half - 1);
   std::vector<uint8_t> out(*quant::row_bytes(f, k), 0);
   for (int64_t base = 0, at = 0; base < k; base += g, at += quant::group_bytes(f, g)) {
     std::vector<float> scale(nsub), min(nsub);
@@ -286,11 +324,9 @@ std::vector<uint8_t> serial_quantize_sub(const Format& f, const std::vector<floa
         } else {
           const float id = dj > 0 ? 1.0f / dj : 0.0f;
           code = std::clamp(static_cast<int>(std::nearbyint(sym ? x[base + e] * id : (x[base + e] - mj) * id)), lo, hi);
-          if (f.bits == 4 && sym) code += 8;
+          if (sym) code += half;
         }
-        uint8_t* q = &out[at + hb];
-        if (f.bits == 8) q[e] = static_cast<uint8_t>(code);
-        else q[e / 32 * 16 + e % 16] |= static_cast<uint8_t>(code << (e % 32 < 16 ? 0 : 4));
+        put_code(f, &out[at + hb], e, code);
       }
     }
   }
@@ -302,8 +338,9 @@ std::vector<uint8_t> serial_quantize(const Format& f, const std::vector<float>& 
   const int64_t k = static_cast<int64_t>(x.size()), g = quant::group_elems(f, k);
   const int sb = quant::scale_bytes(f.scale);
   const bool sym = f.offset == quant::Offset::kSym;
-  const int lo = f.bits == 8 ? (sym ? -127 : 0) : (sym ? -8 : 0);
-  const int hi = f.bits == 8 ? (sym ? 127 : 255) : (sym ? 7 : 15);
+  const int half = f.bits == 8 ? 0 : 1 << (f.bits - 1);  // int4 / int5 sym: codes q - half
+  const int lo = f.bits == 8 ? (sym ? -127 : 0) : (sym ? -half : 0);
+  const int hi = f.bits == 8 ? (sym ? 127 : 255) : (sym ? half - 1 : 2 * half - 1);
   std::vector<uint8_t> out(*quant::row_bytes(f, k), 0);
   for (int64_t base = 0, at = 0; base < k; base += g, at += quant::group_bytes(f, g)) {
     float mn = x[base], mx = x[base], amax = 0.0f;
@@ -330,7 +367,7 @@ std::vector<uint8_t> serial_quantize(const Format& f, const std::vector<float>& 
       continue;
     }
     if (sym) {
-      d = quant::store_scale(f.scale, amax / (f.bits == 8 ? 127.0f : 7.0f), &out[at]);
+      d = quant::store_scale(f.scale, amax / static_cast<float>(hi), &out[at]);
     } else {
       mn = std::min(mn, 0.0f);
       mx = std::max(mx, 0.0f);
@@ -347,13 +384,7 @@ std::vector<uint8_t> serial_quantize(const Format& f, const std::vector<float>& 
     for (int64_t i = 0; i < g; ++i) {
       const float t = sym ? x[base + i] * id : (x[base + i] - m) * id;
       const int code = std::clamp(static_cast<int>(std::nearbyint(t)), lo, hi);
-      uint8_t* q = &out[at + quant::header_bytes(f)];
-      if (f.bits == 8) {
-        q[i] = static_cast<uint8_t>(code);
-      } else {  // sub-blocks of 32: element c in byte c % 16, high nibble for c >= 16
-        const int64_t sub = i / 32, c = i % 32;
-        q[sub * 16 + c % 16] |= static_cast<uint8_t>((code + (sym ? 8 : 0)) << (c < 16 ? 0 : 4));
-      }
+      put_code(f, &out[at + quant::header_bytes(f)], i, code + (sym ? half : 0));
     }
   }
   return out;
@@ -428,11 +459,13 @@ const quant::Layout kAllLayouts[] = {quant::Layout::kRowGroups, quant::Layout::k
 void retile(Case& c) {
   const int64_t rb = *quant::row_bytes(c.f, c.k);
   c.tiles.resize(*quant::tensor_bytes(c.f, quant::Layout::kInterleaved8, c.n, c.k));
-  c.cuda.resize(*quant::tensor_bytes(c.f, quant::Layout::kCudaMma8, c.n, c.k));
+  const bool cuda = has_layout(c.f, quant::Layout::kCudaMma8);
+  c.cuda.resize(cuda ? *quant::tensor_bytes(c.f, quant::Layout::kCudaMma8, c.n, c.k) : 0);
   for (int64_t r = 0; r < c.n; r += quant::kTileRows) {
     quant::interleave_tile(c.f, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r), c.tiles.data() + r * rb);
-    quant::pack_tile(c.f, quant::Layout::kCudaMma8, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r),
-                     c.cuda.data() + r * rb);
+    if (cuda)
+      quant::pack_tile(c.f, quant::Layout::kCudaMma8, c.k, c.w.data() + r * rb, std::min<int64_t>(8, c.n - r),
+                       c.cuda.data() + r * rb);
   }
 }
 
@@ -492,6 +525,7 @@ TEST(QuantLayout, InterleavedTilesHoldTheSameRows) {
 
 TEST(QuantLayout, CudaMmaTilesHoldTheSameRows) {
   for (const char* name : kAllFormats) {
+    if (!has_layout(*quant::parse_format(name), quant::Layout::kCudaMma8)) continue;  // (RowBytes: refused)
     // 2 tiles; spans of 128, 128 and 64 (all 128 for groups of 128)
     const int64_t group = quant::parse_format(name)->group;
     const int64_t k = group == 128 ? 384 : group == 256 ? 512 : 320;
@@ -574,6 +608,7 @@ TEST(QuantLinear, ReferenceContractEqualsF32LinearOverDequantizedWeights) {
       std::vector<float> want(rows * c.n);
       cpu::linear(x.data(), nullptr, rows, c.k, c.wf.data(), c.n, c.bias.data(), want.data(), pool);
       for (quant::Layout l : kAllLayouts)
+        if (has_layout(c.f, l))
         EXPECT_TRUE(bit_equal(run_q(c, x, rows, cpu::CpuContract::kReference, 2, true, nullptr, l), want))
             << name << " rows " << rows << " " << quant::layout_name(l);
     }
@@ -601,6 +636,7 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
       set_active_isa(CpuIsa::kScalar);
       std::vector<float> scalar = run_q(c, x, rows, cpu::CpuContract::kFast, 1, rows % 2);
       for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kCudaMma8})
+        if (has_layout(c.f, l))
         EXPECT_TRUE(bit_equal(scalar, run_q(c, x, rows, cpu::CpuContract::kFast, 2, rows % 2, nullptr, l)))
             << name << ": the scalar oracle reads every layout alike: " << quant::layout_name(l);
       for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
@@ -618,11 +654,13 @@ TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
   // sign trick must still give the exact products (and nl codes' grid ends, -127 and 113).
   IsaGuard guard;
   if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
-  for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min", "int4-g32-f16-nl"}) {
+  for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min", "int4-g32-f16-nl",
+                           "int5-g32-f16-min", "int5-g32-f16-sym"}) {
     Case c = make_case(name, 9, 64, 77);
     const int64_t rb = *quant::row_bytes(c.f, c.k), hb = quant::header_bytes(c.f);
-    for (int64_t r = 0; r < c.n; ++r)
-      for (int i = 0; i < 32; ++i) c.w[r * rb + hb + i] = (i + r) % 2 ? 0x80 : (c.f.offset == quant::Offset::kSym ? 0x7F : 0xFF);
+    for (int64_t r = 0; r < c.n; ++r)  // (int5: the fifth bits and nibbles all set or alternating: 31, 16, 15)
+      for (int i = 0; i < (c.f.bits == 5 ? 20 : 32); ++i)
+        c.w[r * rb + hb + i] = (i + r) % 2 ? 0x80 : (c.f.offset == quant::Offset::kSym && c.f.bits == 8 ? 0x7F : 0xFF);
     retile(c);
     std::vector<float> x = random_vec(2 * c.k, 79);
     x[0] = -1.0f;  // this block's amax: a code of -127
@@ -730,19 +768,21 @@ TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
   }
 }
 
-TEST(QuantLinear, SubScaleFormatsComputeAsTheirExpansion) {
-  // Both contracts, every ISA level and layout: a sub-scale format's outputs are those of its
-  // expansion (groups of `sub` with f32 scales d * sc_j), bit for bit; so GGUF k-quant plans
-  // held natively give what they gave held widened.
+TEST(QuantLinear, FormatsComputeAsTheirCudaExpansion) {
+  // Both contracts, every ISA level and layout: the outputs of a sub-scale or int5 format are
+  // those of its expansion (groups of `sub` with f32 scales d * sc_j; int8 codes), bit for bit;
+  // so GGUF k-quant and Q5 plans held natively give what they gave held widened, and what the
+  // plans for GPUs hold.
   IsaGuard guard;
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym",
-                           "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym"}) {
+                           "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym", "int5-g32-f16-sym", "int5-g32-f16-min",
+                           "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-row-f32-sym"}) {
     Case c = make_case(name, 21, 512, 93);
-    const Format wf = quant::without_sub_scales(c.f);
+    const Format wf = quant::cuda_format(c.f);
     Case w{wf, c.n, c.k, {}, {}, {}, c.wf, c.bias};
     const int64_t rb = *quant::row_bytes(c.f, c.k), wrb = *quant::row_bytes(wf, c.k);
     w.w.resize(c.n * wrb);
-    for (int64_t r = 0; r < c.n; ++r) quant::expand_sub_scales(c.f, c.w.data() + r * rb, c.k, w.w.data() + r * wrb);
+    for (int64_t r = 0; r < c.n; ++r) quant::expand_row(c.f, c.w.data() + r * rb, c.k, w.w.data() + r * wrb);
     retile(w);
     const std::vector<float> x = random_vec(9 * c.k, 95);
     for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx2Vnni, CpuIsa::kAvx512Vnni}) {
@@ -750,6 +790,7 @@ TEST(QuantLinear, SubScaleFormatsComputeAsTheirExpansion) {
       set_active_isa(isa);
       for (cpu::CpuContract contract : {cpu::CpuContract::kFast, cpu::CpuContract::kReference})
         for (quant::Layout l : kAllLayouts)
+          if (has_layout(c.f, l))
           EXPECT_TRUE(bit_equal(run_q(c, x, 9, contract, 2, true, nullptr, l), run_q(w, x, 9, contract, 2, true, nullptr, l)))
               << name << " " << isa_name(isa) << " " << cpu::contract_name(contract) << " " << quant::layout_name(l);
     }

@@ -78,7 +78,7 @@
 // Sub-scales: groups that divide the rows, in steps of the sub-block (rows of 64: g64s32).
 // SUBRTN: llm.weight "wg" {quant = "int4-g64s32-f16-min"}
 // SUBRTN: llm.weight "wd" {quant = "int4-g128s32-f16-min"}
-// SUBCUDA: int4-g256s32-f16-min has sub-scales, which the CUDA kernels do not read; for cuda quantize to a format without them (e.g. int4-g32-f32-min, the same values per sub-block)
+// SUBCUDA: int4-g256s32-f16-min has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda quantize to a format without them (e.g. int4-g32-f32-min, the same values per sub-block)
 
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
     %batch: !llm.batch, %kv: !llm.kv_cache) -> tensor<?x256xf32> {
@@ -108,11 +108,14 @@ func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
 
 // -----
 
-// GGUF k-quant blocks (Q4_K, Q6_K) held with sub-scales: kept for the CPU; for cuda their
-// expansion (groups of the sub-block, f32 scales: the same values), which the CUDA kernels read.
+// GGUF k-quant blocks (Q4_K, Q6_K) held with sub-scales and Q5_0 as int5: kept for the CPU; for
+// cuda their expansion (groups of the sub-block, f32 scales; int8 codes: the same values), which
+// the CUDA kernels read.
 // CHECK: llm.weight "q4k" {quant = "int4-g256s32-f16-min", source_quant = "int4-g256s32-f16-min"}
+// CHECK: llm.weight "q5" {quant = "int5-g32-f16-sym", source_quant = "int5-g32-f16-sym"}
 // CHECK: llm.weight "q6k" {quant = "int8-g256s16-f16-sym", source_quant = "int8-g256s16-f16-sym"}
 // CUDA: llm.weight "q4k" {quant = "int4-g32-f32-min", source_quant = "int4-g256s32-f16-min"}
+// CUDA: llm.weight "q5" {quant = "int8-g32-f16-zp", source_quant = "int5-g32-f16-sym"}
 // CUDA: llm.weight "q6k" {quant = "int8-g16-f32-sym", source_quant = "int8-g256s16-f16-sym"}
 
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
@@ -120,7 +123,9 @@ func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
   %emb = llm.weight "emb2" : tensor<256x512xf32>
   %x = llm.embedding %tokens, %emb : (tensor<?xi32>, tensor<256x512xf32>) -> tensor<?x512xf32>
   %w = llm.weight "q4k" {source_quant = "int4-g256s32-f16-min"} : tensor<512x512xf32>
-  %y = llm.linear %x, %w : (tensor<?x512xf32>, tensor<512x512xf32>) -> tensor<?x512xf32>
+  %y0 = llm.linear %x, %w : (tensor<?x512xf32>, tensor<512x512xf32>) -> tensor<?x512xf32>
+  %w5 = llm.weight "q5" {source_quant = "int5-g32-f16-sym"} : tensor<512x512xf32>
+  %y = llm.linear %y0, %w5 : (tensor<?x512xf32>, tensor<512x512xf32>) -> tensor<?x512xf32>
   %head = llm.weight "q6k" {source_quant = "int8-g256s16-f16-sym"} : tensor<256x512xf32>
   %logits = llm.logits %y, %head, %batch : (tensor<?x512xf32>, tensor<256x512xf32>, !llm.batch) -> tensor<?x256xf32>
   return %logits : tensor<?x256xf32>
