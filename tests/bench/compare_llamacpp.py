@@ -390,8 +390,8 @@ def print_report(res, args):
         pb, gb = m.get("plan_weight_bytes"), m["gguf_weight_bytes"]
         if pb and gb:
             print(f"note: {m['label']}: the plan's weights are {pb / 2**20:.1f} MiB vs "
-                  f"{gb / 2**20:.1f} MiB in the GGUF ({pb / gb:.2f}x; Q8_0/Q4_0/Q4_1/IQ4_NL blocks are kept "
-                  f"as they are, Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS held in wider formats; llmrt's "
+                  f"{gb / 2**20:.1f} MiB in the GGUF ({pb / gb:.2f}x; Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL blocks "
+                  f"are kept as they are, Q4_K/Q5_K/Q6_K/IQ4_XS with sub-scales a byte each, Q3_K wider; llmrt's "
                   f"kernels: {m['llmrt'].get('cpu_kernels', '?')}).")
     if res["load_average_at_start"] > 0.5:
         print(f"warning: load average was {res['load_average_at_start']:.2f} at the start: the CPUs "

@@ -119,7 +119,7 @@ def test_weight_layouts_give_identical_logits(llmrt, plans, compile_plan, gguf, 
             assert np.array_equal(got, want), f"{layout}, {contract} contract: max diff {np.abs(got - want).max()}"
 
 
-def test_rtn_quantization_quality(llmrt, plans, compile_plan, gguf, tmp_path):
+def test_rtn_quantization_quality(llmc, llmrt, plans, compile_plan, gguf, tmp_path):
     # RTN from float weights: --dequantize turns the Q4_1 blocks into f32 first, --quantize then
     # rounds every matrix (embedding/lm_head included) to the new format.
     # The reference contract isolates the weights' rounding from the activations' (fast).
@@ -127,22 +127,26 @@ def test_rtn_quantization_quality(llmrt, plans, compile_plan, gguf, tmp_path):
                         "--cpu-kernels", "reference")
     rtn4 = compile_plan(gguf, "smollm2_rtn4", "--dequantize", "--quantize", "int4",
                         "--cpu-kernels", "reference")
-    kl8, kl4, t8, t4 = [], [], [], []
+    # int5 codes (Q5_0's format), and int4 with sub-scales (Q4_K's): 576-wide rows take g192s32
+    rtn5 = compile_plan(gguf, "smollm2_rtn5", "--dequantize", "--quantize", "int5-g32-f16-sym",
+                        "--cpu-kernels", "reference")
+    rtn4s = compile_plan(gguf, "smollm2_rtn4s", "--dequantize", "--quantize", "int4-g256s32-f16-min",
+                         "--cpu-kernels", "reference")
+    kl = {"int8": [], "int5": [], "int4": [], "int4s": []}
+    top = {name: [] for name in kl}
     for i, ids in enumerate(prompts()):
         f = logits_of(llmrt, plans["float"], ids, tmp_path, f"float{i}")
-        q8 = logits_of(llmrt, rtn8, ids, tmp_path, f"rtn8_{i}")
-        q4 = logits_of(llmrt, rtn4, ids, tmp_path, f"rtn4_{i}")
-        a, b = kl_top1(f, q8)
-        kl8.append(a)
-        t8.append(b)
-        a, b = kl_top1(f, q4)
-        kl4.append(a)
-        t4.append(b)
-    print(f"RTN int8 vs float: mean KL {np.mean(kl8):.3e}, top-1 {100 * np.mean(t8):.2f}%; "
-          f"RTN int4 vs float: mean KL {np.mean(kl4):.3e}, top-1 {100 * np.mean(t4):.2f}%")
-    assert np.mean(kl8) < RTN8_MEAN_KL
-    assert np.mean(kl4) < RTN4_MEAN_KL
-    assert np.mean(kl8) < np.mean(kl4)
+        for name, plan in (("int8", rtn8), ("int5", rtn5), ("int4", rtn4), ("int4s", rtn4s)):
+            a, b = kl_top1(f, logits_of(llmrt, plan, ids, tmp_path, f"rtn_{name}_{i}"))
+            kl[name].append(a)
+            top[name].append(b)
+    print("; ".join(f"RTN {name} vs float: mean KL {np.mean(kl[name]):.3e}, top-1 {100 * np.mean(top[name]):.2f}%"
+                    for name in kl))
+    assert np.mean(kl["int8"]) < RTN8_MEAN_KL
+    assert np.mean(kl["int4"]) < RTN4_MEAN_KL and np.mean(kl["int4s"]) < RTN4_MEAN_KL
+    assert np.mean(kl["int8"]) < np.mean(kl["int5"]) < np.mean(kl["int4"])
+    info = json.loads(run_cmd([llmc, "inspect", rtn4s, "--json"], "llmc inspect").stdout)
+    assert "int4-g192s32-f16-min" in info["tensors"]["bytes_by_dtype"], info["tensors"]["bytes_by_dtype"]
 
 
 def test_int8_kv_cache(llmc, llmrt, plans, tmp_path):
