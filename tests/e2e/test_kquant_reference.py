@@ -129,6 +129,11 @@ def test_compile_says_what_widening_costs(llmc, tmp_path):
     m = re.search(r"([0-9.]+) MiB in the file, ([0-9.]+) MiB in the plan", note[0])
     assert m, note[0]
     assert 1.3 < float(m.group(2)) / float(m.group(1)) < 1.6, note[0]
+    # Q5_0 is kept bit for bit (int5) where the CPU reads it; a plan for GPUs holds int8 codes.
+    for args, named in (((), False), (("--target", "none", "--weight-layout", "cuda-mma"), True)):
+        proc = run_cmd([llmc, "compile", FIX / "tiny_q5_0.gguf", "-o", tmp_path / "q5.fb", *args], "llmc compile q5_0")
+        note = [line for line in proc.stderr.splitlines() if "held with the same values" in line]
+        assert len(note) == 1 and ("Q5_0" in note[0]) == named, proc.stderr
     quiet = run_cmd([llmc, "compile", FIX / "tiny_q4_k_m.gguf", "-o", tmp_path / "q.fb", "-q"], "llmc compile -q")
     assert "held with the same values" not in quiet.stderr
 
