@@ -278,12 +278,15 @@ llmrt::Status compile(const CompileOptions &opts) {
         format = llmrt::quant::cuda_format(*format);
       auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
       const int64_t file = storageBytes(t.dtype, t.numElements());
-      if (!rowBytes.ok() || file < 0 || static_cast<uint64_t>(*rowBytes * t.shape[0]) <= static_cast<uint64_t>(file))
+      if (!rowBytes.ok() || file < 0)
+        continue;
+      const int64_t plan = *rowBytes * t.shape[0];
+      if (plan <= file)
         continue;
       ++widened;
       types.insert(sourceDTypeName(t.dtype));
       fileBytes += static_cast<uint64_t>(file);
-      planBytes += static_cast<uint64_t>(*rowBytes * t.shape[0]);
+      planBytes += static_cast<uint64_t>(plan);
     }
     if (widened > 0) {
       std::string list;

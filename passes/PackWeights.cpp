@@ -107,7 +107,7 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
                            << " has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda "
                               "quantize to a format without them (e.g. "
                            << llmrt::quant::format_name(llmrt::quant::cuda_format(*f))
-                           << ", the same values per sub-block)";
+                           << ", their expansion)";
         return signalPassFailure();
       }
     }
@@ -130,8 +130,7 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
           auto f = llmrt::quant::parse_format(chosen);
           if (target == "cuda" && f.ok())
             chosen = llmrt::quant::format_name(llmrt::quant::cuda_format(*f));
-        }
-        else if (rtn && (!embeddingLike || quantizeEmbeddings))
+        } else if (rtn && (!embeddingLike || quantizeEmbeddings))
           if (auto f = fitGroup(*rtn, k))
             chosen = llmrt::quant::format_name(*f);
         if (chosen.empty() && denseDtype != "f32")

@@ -118,14 +118,14 @@ void put_codes(int bits, const int* c, int64_t n, uint8_t* q) {
   }
 }
 
-// Code i (< 32) of the int4 / int5 sub-block at q, unsigned.
-int sub_block_code(int bits, const uint8_t* q, int i) {
-  const uint8_t* nib = bits == 5 ? q + 4 : q;
-  const int low = i < 16 ? nib[i] & 15 : nib[i - 16] >> 4;
-  if (bits == 4) return low;
+// The 32 codes of the int5 sub-block at q (put_codes' layout), unsigned.
+void int5_codes(const uint8_t* q, int* c) {
   uint32_t high;
   std::memcpy(&high, q, 4);
-  return low | static_cast<int>((high >> i) & 1) << 4;
+  for (int i = 0; i < 16; ++i) {
+    c[i] = (q[4 + i] & 15) | static_cast<int>((high >> i) & 1) << 4;
+    c[i + 16] = (q[4 + i] >> 4) | static_cast<int>((high >> (i + 16)) & 1) << 4;
+  }
 }
 
 }  // namespace
@@ -152,7 +152,7 @@ void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
       if (f.bits == w.bits) {
         std::memcpy(out, q, static_cast<size_t>(pe * f.bits / 8));
       } else {  // int5 codes as int8 bytes
-        for (int64_t i = 0; i < pe; ++i) codes[i] = sub_block_code(5, q + i / kSubBlock * 20, static_cast<int>(i % kSubBlock));
+        for (int64_t s = 0; s < pe; s += kSubBlock) int5_codes(q + s / kSubBlock * 20, codes.data() + s);
         put_codes(8, codes.data(), pe, out);
       }
       out += pe * w.bits / 8;
@@ -523,11 +523,12 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
     }
     if (f.bits == 5) {  // (the expressions of int8 zp / min: cuda_format's values are these)
       if (f.offset == Offset::kSym) z = 16;
-      for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += 20)
-        for (int i = 0; i < kSubBlock; ++i) {
-          const int c = sub_block_code(5, q, i);
-          y[sbk + i] = f.offset == Offset::kMin ? d * static_cast<float>(c) + m : d * static_cast<float>(c - z);
-        }
+      int c[kSubBlock];
+      for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += 20) {
+        int5_codes(q, c);
+        for (int i = 0; i < kSubBlock; ++i)
+          y[sbk + i] = f.offset == Offset::kMin ? d * static_cast<float>(c[i]) + m : d * static_cast<float>(c[i] - z);
+      }
       continue;
     }
     if (f.offset == Offset::kSym) z = 8;
@@ -658,13 +659,11 @@ void ideal_scale(const Format& f, const float* v, int64_t n, float* d, float* m)
   if (f.offset == Offset::kNl) {
     *d = (std::fabs(mn) >= std::fabs(mx) ? mn : mx) / -127.0f;
   } else if (f.offset == Offset::kSym) {
-    *d = std::max(std::fabs(mn), std::fabs(mx)) / (f.bits == 8 ? 127.0f : f.bits == 5 ? 15.0f : 7.0f);
+    *d = std::max(std::fabs(mn), std::fabs(mx)) / static_cast<float>((1 << (f.bits - 1)) - 1);  // 127, 15, 7
   } else {
-    int lo, hi;
-    code_range(f, &lo, &hi);
     mn = std::min(mn, 0.0f);
     mx = std::max(mx, 0.0f);
-    *d = (mx - mn) / static_cast<float>(hi);
+    *d = (mx - mn) / static_cast<float>((1 << f.bits) - 1);  // the top code: 255, 31, 15
     *m = mn;
   }
 }

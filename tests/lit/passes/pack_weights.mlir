@@ -78,7 +78,7 @@
 // Sub-scales: groups that divide the rows, in steps of the sub-block (rows of 64: g64s32).
 // SUBRTN: llm.weight "wg" {quant = "int4-g64s32-f16-min"}
 // SUBRTN: llm.weight "wd" {quant = "int4-g128s32-f16-min"}
-// SUBCUDA: int4-g256s32-f16-min has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda quantize to a format without them (e.g. int4-g32-f32-min, the same values per sub-block)
+// SUBCUDA: int4-g256s32-f16-min has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda quantize to a format without them (e.g. int4-g32-f32-min, their expansion)
 
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
     %batch: !llm.batch, %kv: !llm.kv_cache) -> tensor<?x256xf32> {
