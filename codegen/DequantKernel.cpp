@@ -37,18 +37,19 @@ ${ENTRY}(const unsigned char *__restrict__ w, unsigned short *__restrict__ out, 
     const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4; // sub-blocks in the span
     const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
     const int row = tile * 8 + n;
+    const unsigned hi = kBits == 5 ? spanFifthBits(base, span, lane) : 0u; // int5: the lane's fifth bits
     for (int j = 0; j < m; ++j) {
       float v[8];
       int at[8];
-      dequantSubBlock(base, reinterpret_cast<const unsigned *>(mine + j * kW), span, j, n, q, v, at);
+      dequantSubBlock(base, reinterpret_cast<const unsigned *>(mine + j * kW), hi >> (8 * j), span, j, n, q, v, at);
       if (row >= kN)
         continue;
       unsigned short *o = out + (long long)row * kK + span * 128 + j * 32;
       // The elements come in adjacent pairs (2 q + 16 s + 8 c, + 1), one 4-byte store each:
-      // int4 nibbles p and p + 4, int8 bytes 2 i and 2 i + 1 (dequantSubBlock's order).
+      // int4 (int5) nibbles p and p + 4, int8 bytes 2 i and 2 i + 1 (dequantSubBlock's order).
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int lo = kBits == 4 ? i : 2 * i, hi = kBits == 4 ? i + 4 : 2 * i + 1;
+        const int lo = kBits != 8 ? i : 2 * i, hi = kBits != 8 ? i + 4 : 2 * i + 1;
         *reinterpret_cast<unsigned *>(o + at[lo]) = (unsigned)floatToBf16(v[lo]) | ((unsigned)floatToBf16(v[hi]) << 16);
       }
     }

@@ -32,7 +32,7 @@ constexpr const char *kMmaRow = R"cuda(namespace {
 __device__ __forceinline__ float tableAt(const unsigned char *table, long long id, int j) {
   const unsigned char *base = table + (id >> 3) * kTileBytes;
   const int r = (int)(id & 7), g = j / kGroup;
-  const float d = loadScale(base + (g * 8 + r) * kScaleBytes);
+  const float d = groupScale(base, g, r);
   const int span = j / 128, sub = j % 128 / 32, i = j % 32;
   const int m = (kD - span * 128) / 32 < 4 ? (kD - span * 128) / 32 : 4;
   const int s = i / 16, w = i % 16;
@@ -46,13 +46,14 @@ __device__ __forceinline__ float tableAt(const unsigned char *table, long long i
   } else {
     const int p = 2 * s + (b >> 1) + 4 * (b & 1); // nibble of the lane's word
     code = (lane[p / 2] >> (4 * (p % 2))) & 15;
+    if (kBits == 5) // its fifth bit
+      code |= (int)((fifthBits(base, span, sub, 4 * r + q) >> p) & 1u) << 4;
     if (kOffset == 3) // nl: the code's grid value
       code = (int)(signed char)(nlGrid4((unsigned)code) & 255u);
   }
   if (kOffset == 2)
-    return __fadd_rn(__fmul_rn(d, (float)code),
-                     loadScale(base + kOffsetsAt + (g * 8 + r) * kScaleBytes));
-  const int zero = kOffset == 1 ? (int)base[kOffsetsAt + g * 8 + r] : kBits == 4 && kOffset == 0 ? 8 : 0;
+    return __fadd_rn(__fmul_rn(d, (float)code), groupMin(base, g, r));
+  const int zero = kOffset == 1 ? (int)base[kOffsetsAt + g * 8 + r] : kOffset == 0 ? kSymCode : 0;
   return __fmul_rn(d, (float)(code - zero));
 }
 } // namespace

@@ -231,19 +231,56 @@ __device__ __forceinline__ float weightAt(const unsigned char *w, long long i) {
 
 constexpr const char *kMmaTileConstants = R"cuda(namespace {
 // A tile of 8 rows of ${ROW_K} elements in the cuda_mma_n8 layout (quant_format.h).
-constexpr int kGroup = ${GROUP};          // elements per group (a multiple of 32, or 16: int8 sym)
+constexpr int kHeaderGroup = ${GROUP};    // elements per group header: scale [, offset] [, sub-scale codes]
+constexpr int kHeaderGroups = ${ROW_K} / kHeaderGroup;
+constexpr int kSub = ${SUB};              // elements per int8 sub-scale code (32, or 16: int8 sym); 0: none
+// Elements per scale (and offset), which the kernels call a group: a sub-block of kSub elements
+// (scale d * sc_j, min dmin * mc_j: exact f32 products), else the header's group (a multiple of
+// 32, or 16: int8 sym).
+constexpr int kGroup = kSub > 0 ? kSub : kHeaderGroup;
 constexpr int kGroups = ${ROW_K} / kGroup;
 constexpr int kSubGroups = kGroup < 32 ? 32 / kGroup : 1; // groups per 32-element sub-block (1 or 2)
-constexpr int kBits = ${BITS};            // 4 | 8
+constexpr int kSubPerHeader = kSub > 0 ? kHeaderGroup / kSub : 1;
+constexpr int kBits = ${BITS};            // 4 | 5 | 8
 constexpr int kScaleType = ${SCALE_TYPE}; // 0 f16, 1 bf16, 2 f32
 constexpr int kScaleBytes = kScaleType == 2 ? 4 : 2;
 constexpr int kOffset = ${OFFSET};        // 0 sym, 1 zero point, 2 min, 3 nl (int4: grid values)
 constexpr long long kTileBytes = ${TILE_BYTES};
-constexpr int kOffsetsAt = 8 * kGroups * kScaleBytes;
-constexpr int kCodesAt =
-    kOffsetsAt + 8 * kGroups * (kOffset == 2 ? kScaleBytes : kOffset == 1 ? 1 : 0);
-constexpr int kW = kBits == 4 ? 4 : 8;    // lane bytes per sub-block
+constexpr int kOffsetsAt = 8 * kHeaderGroups * kScaleBytes;
+// [header group][sc codes, then (min) mc codes][8 rows]
+constexpr int kSubCodesAt = kOffsetsAt + 8 * kHeaderGroups * (kOffset == 2 ? kScaleBytes : kOffset == 1 ? 1 : 0);
+constexpr int kSubCodes = kSub > 0 ? kSubPerHeader * (kOffset == 2 ? 2 : 1) : 0; // a header's, per row
+constexpr int kCodesAt = kSubCodesAt + 8 * kHeaderGroups * kSubCodes;
+constexpr int kW = kBits == 8 ? 8 : 4;    // lane bytes per sub-block (int5: of the low 4 bits)
 constexpr int kSpanBytes = 8 * 128 * kBits / 8;
+// sym int4 / int5: a code's value is d * (code - kSymCode) (int8: the signed byte's d * code).
+constexpr int kSymCode = kBits == 8 ? 0 : kBits == 5 ? 16 : 8;
+
+// int5: the 5-bit codes of nibbles 0, 2, 4, 6 (ca) and 1, 3, 5, 7 (cb) of a lane's sub-block
+// word w as bytes, hi its byte of fifth bits (bit p: nibble p's): (x & 0x55) * 0x410410 moves bits
+// 0, 2, 4, 6 of x to 4, 12, 20, 28 (its other partial products carry only into bits 11, 17
+// and 23, none of them).
+__device__ __forceinline__ void int5Codes(unsigned w, unsigned hi, unsigned &ca, unsigned &cb) {
+  ca = (w & 0x0F0F0F0Fu) | (((hi & 0x55u) * 0x410410u) & 0x10101010u);
+  cb = ((w >> 4) & 0x0F0F0F0Fu) | ((((hi >> 1) & 0x55u) * 0x410410u) & 0x10101010u);
+}
+// int5: a span's fifth bits follow its m * 128 bytes of low 4 bits, lane L's m bytes at L * m.
+// The byte of sub-block j of span `span` of lane L = 4 n + q of the tile at base.
+__device__ __forceinline__ unsigned fifthBits(const unsigned char *base, int span, int j, int lane) {
+  const int m = (${ROW_K} - span * 128) / 32 < 4 ? (${ROW_K} - span * 128) / 32 : 4;
+  return base[kCodesAt + span * kSpanBytes + m * 128 + lane * m + j];
+}
+// int5: the lane's fifth bits of span `span` as a word (sub-block j's at bits 8 j), from the tile:
+// a whole span's in one 4-byte load.
+__device__ __forceinline__ unsigned spanFifthBits(const unsigned char *base, int span, int lane) {
+  if ((span + 1) * 128 <= ${ROW_K})
+    return *reinterpret_cast<const unsigned *>(base + kCodesAt + span * kSpanBytes + 512 + lane * 4);
+  unsigned hi = 0;
+  for (int j = 0; j < 4; ++j)
+    if (span * 128 + j * 32 < ${ROW_K})
+      hi |= (unsigned)fifthBits(base, span, j, lane) << (8 * j);
+  return hi;
+}
 constexpr int kSpans = (${ROW_K} + 127) / 128;
 
 __device__ __forceinline__ float loadScale(const unsigned char *p) {
@@ -251,6 +288,26 @@ __device__ __forceinline__ float loadScale(const unsigned char *p) {
     return *reinterpret_cast<const float *>(p);
   const unsigned h = *reinterpret_cast<const unsigned short *>(p);
   return kScaleType == 0 ? halfToFloat(h) : bf16ToFloat(h);
+}
+// A sub-scale code (a signed byte) as a float, exactly, without the int-to-float unit.
+__device__ __forceinline__ float subCode(unsigned c) {
+  return __uint_as_float(0x4B000000u | (c ^ 0x80u)) - 8388736.0f; // 2^23 + (c + 128) - (2^23 + 128)
+}
+// Tile offsets of group g's (kGroup elements') 8 rows: their header scales (the offsets at
+// kOffsetsAt + groupHeaderAt(g)), their sc codes, their mc codes (min).
+__device__ __forceinline__ int groupHeaderAt(int g) { return g / kSubPerHeader * 8 * kScaleBytes; }
+__device__ __forceinline__ int subScalesAt(int g) {
+  return kSubCodesAt + (g / kSubPerHeader * kSubCodes + g % kSubPerHeader) * 8;
+}
+__device__ __forceinline__ int subMinsAt(int g) { return subScalesAt(g) + 8 * kSubPerHeader; }
+// Group g's scale (min: its min) of row n of the tile at base: exact in f32.
+__device__ __forceinline__ float groupScale(const unsigned char *base, int g, int n) {
+  const float d = loadScale(base + groupHeaderAt(g) + n * kScaleBytes);
+  return kSub > 0 ? d * subCode(base[subScalesAt(g) + n]) : d;
+}
+__device__ __forceinline__ float groupMin(const unsigned char *base, int g, int n) {
+  const float m = loadScale(base + kOffsetsAt + groupHeaderAt(g) + n * kScaleBytes);
+  return kSub > 0 ? m * subCode(base[subMinsAt(g) + n]) : m;
 }
 
 // nl codes: the 16 int8 values of the IQ4 grid (quant::kNlGrid), 4 to a word.
@@ -296,10 +353,6 @@ llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k
     return llmrt::invalid_argument("weight '" + storage +
                                    "' is neither f32/f16/bf16 nor a quantized format (" +
                                    format.status().message() + ")");
-  if (!(llmrt::quant::cuda_format(*format) == *format)) // llm-pack-weights gives plans for GPUs the expansion
-    return llmrt::invalid_argument(
-        "weight format " + storage + " has sub-scales or int5 codes, which the CUDA kernels do not read (its expansion " +
-        llmrt::quant::format_name(llmrt::quant::cuda_format(*format)) + " holds the same values)");
   auto rowBytes = llmrt::quant::row_bytes(*format, k);
   if (!rowBytes.ok())
     return llmrt::invalid_argument(rowBytes.status().message());
@@ -309,6 +362,7 @@ llmrt::StatusOr<WeightSource> weightSource(const std::string &storage, int64_t k
       kMmaTileConstants,
       {{"ROW_K", std::to_string(k)},
        {"GROUP", std::to_string(llmrt::quant::group_elems(*format, k))},
+       {"SUB", std::to_string(format->sub)},
        {"BITS", std::to_string(format->bits)},
        {"SCALE_TYPE", std::to_string(static_cast<int>(format->scale))},
        {"OFFSET", std::to_string(static_cast<int>(format->offset))},

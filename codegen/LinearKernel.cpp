@@ -13,7 +13,11 @@
 //     in shared memory with cp.async, dequantizes the codes in registers
 //     (f32: a masked code is an exact float after one LOP3 and one FADD),
 //     multiplies them with activation pairs (8-byte loads), and the four
-//     lanes of a row finish the sum with two xor shuffles.
+//     lanes of a row finish the sum with two xor shuffles. Sub-scales
+//     (k-quants) are staged as the header's 8 scales and the groups' codes,
+//     multiplied out per sub-block (exact); int5 codes as int4 ones plus a
+//     byte of fifth bits per lane and sub-block (4 more bytes a span), put
+//     into bit 4 of each code byte (int5Codes).
 //   * dense f32 / f16 / bf16 weights [N, K] (row-major): an item is one
 //     output row times a chunk of kTokens activation rows; lanes stride over
 //     K in 16-byte loads (8 bf16/f16 weights and the activations they meet;
@@ -144,7 +148,14 @@ constexpr bool kVectorCodes = kCodesAt % 16 == 0 && kTileBytes % 16 == 0 && kSpa
 // A span's group(s): one for the whole span when groups are whole spans (g128, g256 ..., or one
 // group per row), else one per sub-block (g32, g64), or two (g16: one per k-step of 16).
 constexpr bool kGroupPerSpan = kGroup % 128 == 0 || kGroups == 1;
+// Sub-scales under headers of whole spans (GGUF's super-blocks of 256): a span's groups share one
+// header (d, dmin), staged once.
+constexpr bool kHeaderPerSpan = kSub > 0 && kHeaderGroup % 128 == 0;
+// Scale records a span's staged scales hold: a group's each (its 8 rows' scales; with sub-scales,
+// its header's 8 scales then its 8 codes); with kHeaderPerSpan one, the header's 8 scales then
+// its kSpanGroups groups' codes (offsets alike: the 8 mins, the mc codes).
 constexpr int kSpanGroups = kGroupPerSpan ? 1 : 4 * kSubGroups;
+constexpr int kSpanRecords = kHeaderPerSpan ? 1 : kSpanGroups;
 constexpr int kFullSpans = kK / 128;        // spans of 4 sub-blocks
 constexpr int kTailSubBlocks = (kK % 128) / 32;
 
@@ -157,11 +168,11 @@ constexpr int kTailSubBlocks = (kK % 128) / 32;
 // spans sooner: one more span in flight keeps as many bytes requested per multiprocessor (~1.5
 // KiB per warp of int4, 48 KiB at 32 warps: above an H200's ~4.8 TB/s x ~0.8 us / 132 SMs).
 constexpr int kStages = kInt8Activations ? 4 : 3;
-constexpr int kGroupScaleBytes = 8 * kScaleBytes;
+constexpr int kGroupScaleBytes = 8 * kScaleBytes + (kSub == 0 ? 0 : kHeaderPerSpan ? 8 * kSpanGroups : 8); // a record
 constexpr int kGroupOffsetBytes = kOffset == 2 ? kGroupScaleBytes : kOffset == 1 ? 8 : 0;
-// A span's scales: each of its groups' 8 rows' scales, then their offsets at kOffsetsRel.
-constexpr int kOffsetsRel = kSpanGroups * kGroupScaleBytes;
-constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes + 15) / 16 * 16;
+// A span's scales: its records of scales, then those of their offsets at kOffsetsRel.
+constexpr int kOffsetsRel = kSpanRecords * kGroupScaleBytes;
+constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanRecords * kGroupOffsetBytes + 15) / 16 * 16;
 // Where a warp's spans' scales take at most 2 KiB (g128 and wider up to K = 8192 a warp, ...),
 // the warp stages all of them once per item (kItemScales), as a cp.async group of their own, and
 // a stage holds the codes alone: a span's staging is then one 16-byte copy per lane (nvdisasm of
@@ -169,7 +180,9 @@ constexpr int kSpanScaleBytes = (kOffsetsRel + kSpanGroups * kGroupOffsetBytes +
 // and a lane reads only what it copied itself. Else each stage holds its span's scales after the
 // codes, copied by some of the lanes.
 constexpr int kSpansPerWarp = (kSpans + kWarps - 1) / kWarps;
-constexpr int kStageScalesAt = 32 * 4 * kW;
+// int5: a stage's fifth bits follow the codes, lane L's 4 bytes (a whole span's) at kStageFifthAt + 4 L.
+constexpr int kStageFifthAt = 32 * 4 * kW;
+constexpr int kStageScalesAt = kStageFifthAt + (kBits == 5 ? 128 : 0);
 // The SiLU-mul epilogue's block holds 8 warps' stages, item scales and partial sums in its 48 KiB
 // of static shared memory: int8 codes with 2 KiB of item scales a warp (Q8_0-like int8-g32-f16
 // over Llama-3-8B's K of 4096) would take 49 KiB, so there the scales go with each span.
@@ -235,9 +248,11 @@ template <int N> __device__ __forceinline__ void cpAsyncWait() {
 }
 
 // Scales (and offsets) of group g: 8 rows' worth at base + g * kGroupScaleBytes, 16-byte aligned
-// within the tile (kOffsetsAt too) and 8-byte aligned in memory. Piece `piece` of the scales (of
-// the offsets) of span `span`'s group gi into a span's scales at `dst` (kSpanScaleBytes).
-constexpr int kScalePiece = kTileBytes % 16 == 0 ? 16 : 8;
+// within the tile (kOffsetsAt too) and 8-byte aligned in memory; with sub-scales, a record is
+// the header's 8 scales (mins) then the codes, which lie kSpanGroups groups' after each other
+// (one group's: 8-byte pieces). Piece `piece` of the scales (of the offsets) of span `span`'s
+// record gi into a span's scales at `dst` (kSpanScaleBytes).
+constexpr int kScalePiece = (kSub > 0 && !kHeaderPerSpan) || kTileBytes % 16 != 0 ? 8 : 16;
 constexpr int kScalePieces = kGroupScaleBytes / kScalePiece;
 constexpr int kOffsetPiece = kOffset == 1 ? 8 : kScalePiece;
 constexpr int kOffsetPieces = kGroupOffsetBytes / kOffsetPiece;
@@ -245,14 +260,28 @@ __device__ __forceinline__ int spanGroup(int span, int gi) {
   const int k0 = span * 128 + gi * (32 / kSubGroups);
   return (k0 < kK ? k0 : span * 128) / kGroup; // a sub-block past K: any valid group
 }
+// Piece `piece` of group g's scales (of its offsets) in the tile at base. (Without sub-scales the
+// pointer sums of before: summed as one int first, ptxas spilled 228 bytes instead of 192 in
+// Q6_K-like int8-g16 gate|up kernels on sm_90.)
+__device__ __forceinline__ const unsigned char *scalePiece(const unsigned char *base, int g, int piece) {
+  if (kSub == 0)
+    return base + g * kGroupScaleBytes + piece * kScalePiece;
+  const int at = piece * kScalePiece; // (the header's scales take 16 bytes)
+  return base + (at < 16 ? groupHeaderAt(g) + at : subScalesAt(g) + at - 16);
+}
+__device__ __forceinline__ const unsigned char *offsetPiece(const unsigned char *base, int g, int piece) {
+  if (kSub == 0)
+    return base + kOffsetsAt + g * kGroupOffsetBytes + piece * kOffsetPiece;
+  const int at = piece * kOffsetPiece;
+  return base + (at < 16 ? kOffsetsAt + groupHeaderAt(g) + at : subMinsAt(g) + at - 16);
+}
 __device__ __forceinline__ void stageScalePiece(const unsigned char *base, int span, int gi, int piece, StageAddr dst) {
-  cpAsync<kScalePiece>(dst + gi * kGroupScaleBytes + piece * kScalePiece,
-                       base + spanGroup(span, gi) * kGroupScaleBytes + piece * kScalePiece, kScalePiece);
+  cpAsync<kScalePiece>(dst + gi * kGroupScaleBytes + piece * kScalePiece, scalePiece(base, spanGroup(span, gi), piece),
+                       kScalePiece);
 }
 __device__ __forceinline__ void stageOffsetPiece(const unsigned char *base, int span, int gi, int piece, StageAddr dst) {
   cpAsync<kOffsetPiece>(dst + kOffsetsRel + gi * kGroupOffsetBytes + piece * kOffsetPiece,
-                        base + kOffsetsAt + spanGroup(span, gi) * kGroupOffsetBytes + piece * kOffsetPiece,
-                        kOffsetPiece);
+                        offsetPiece(base, spanGroup(span, gi), piece), kOffsetPiece);
 }
 
 // Stages span `span` (M sub-blocks) of the tile at `base`: each lane its codes; without
@@ -263,9 +292,13 @@ __device__ __forceinline__ void stageSpan(const unsigned char *base, int span, i
   // kVectorCodes says so; a lane's codes start at a multiple of 4 m.
   constexpr int kCodePiece = (M * kW) % 16 == 0 && kVectorCodes ? 16 : (M * kW) % 8 == 0 && kCodesAt % 8 == 0 ? 8 : 4;
   cpAsync<kCodePiece>(stage + lane * 4 * kW, base + kCodesAt + span * kSpanBytes + lane * M * kW, M * kW);
+  // int5, a whole span: the lane's 4 bytes of fifth bits (a short last span's, fewer and not
+  // 4-byte aligned, are read in spanFifthBits)
+  if (kBits == 5 && M == 4)
+    cpAsync<4>(stage + kStageFifthAt + lane * 4, base + kCodesAt + span * kSpanBytes + 512 + lane * 4, 4);
   if (!kItemScales)
 #pragma unroll
-    for (int gi = 0; gi < kSpanGroups; ++gi) {
+    for (int gi = 0; gi < kSpanRecords; ++gi) {
       if (lane < kScalePieces)
         stageScalePiece(base, span, gi, lane, stage + kStageScalesAt);
       if (kOffsetPieces > 0 && lane >= 16 && lane < 16 + kOffsetPieces)
@@ -275,14 +308,14 @@ __device__ __forceinline__ void stageSpan(const unsigned char *base, int span, i
 // kItemScales: the scales of the warp's spans w, w + kWarps, ... (its i-th at i * kSpanScaleBytes
 // of `dst`), the lanes taking their pieces in turn.
 __device__ __forceinline__ void stageItemScales(const unsigned char *base, int warp, int lane, StageAddr dst) {
-  constexpr int kPerSpan = kSpanGroups * kScalePieces;
+  constexpr int kPerSpan = kSpanRecords * kScalePieces;
   for (int p = lane; p < kSpansPerWarp * kPerSpan; p += 32) {
     const int i = p / kPerSpan, span = warp + i * kWarps;
     if (span < kSpans)
       stageScalePiece(base, span, p % kPerSpan / kScalePieces, p % kScalePieces, dst + i * kSpanScaleBytes);
   }
   constexpr int kPieces = kOffsetPieces > 0 ? kOffsetPieces : 1; // (no offsets: no loop below)
-  constexpr int kOffsetsPerSpan = kSpanGroups * kPieces;
+  constexpr int kOffsetsPerSpan = kSpanRecords * kPieces;
   for (int p = lane; p < (kOffsetPieces > 0 ? kSpansPerWarp * kOffsetsPerSpan : 0); p += 32) {
     const int i = p / kOffsetsPerSpan, span = warp + i * kWarps;
     if (span < kSpans)
@@ -296,9 +329,18 @@ __device__ __forceinline__ void stageSpanAny(const unsigned char *base, int span
     stageSpan<kTailSubBlocks>(base, span, lane, stage);
 }
 
-// Scale (or min) entry i of a staged chunk.
-__device__ __forceinline__ float stagedScale(const unsigned char *p, int i) {
-  return loadScale(p + i * kScaleBytes);
+// Row n's scale (or min) in the staged record at p; with sub-scales the product of its header's
+// and group code c's (exact).
+__device__ __forceinline__ float stagedScale(const unsigned char *p, int n, int c = 0) {
+  const float d = loadScale(p + n * kScaleBytes);
+  return kSub > 0 ? d * subCode(p[8 * kScaleBytes + 8 * c + n]) : d;
+}
+// Row n's scale (min) of group gi (< kSpanGroups) of the span whose scales are staged at sc.
+__device__ __forceinline__ float spanScale(const unsigned char *sc, int gi, int n) {
+  return kHeaderPerSpan ? stagedScale(sc, n, gi) : stagedScale(sc + gi * kGroupScaleBytes, n);
+}
+__device__ __forceinline__ float spanMin(const unsigned char *sc, int gi, int n) {
+  return kHeaderPerSpan ? stagedScale(sc + kOffsetsRel, n, gi) : stagedScale(sc + kOffsetsRel + gi * kGroupOffsetBytes, n);
 }
 
 // The integer u & kMask (kMask within bits 0..22) as a float, exactly: 2^23 + it has it in its
@@ -325,13 +367,28 @@ struct alignas(8) Pair {
 // activations, which come in 8-byte pairs (the fragment's elements 2 q + 8 c, + 1 for c = 0..3).
 // acc sums in fragment order: int4 nibble p = 0..7 (elements at pair p & 3, x for p < 4 else y),
 // int8 byte b of word s (pair 2 s + b / 2, x or y by b % 2).
-// (int8: k-step s's weights take (ds[s], los[s]); they differ only for groups of 16.)
+// (int8: k-step s's weights take (ds[s], los[s]); they differ only for groups of 16.) int5: as
+// int4, each nibble's fifth bit in hi (bit p: nibble p's).
 template <int NT>
-__device__ __forceinline__ void gemvSubBlock(const unsigned *w, const float ds[2], const float los[2], const float *x,
-                                             const int xrow[NT], int k0, int q, float acc[NT]) {
+__device__ __forceinline__ void gemvSubBlock(const unsigned *w, unsigned hi, const float ds[2], const float los[2],
+                                             const float *x, const int xrow[NT], int k0, int q, float acc[NT]) {
   const float d = ds[0], lo = los[0];
   float v[8];
-  if (kBits == 4 && kOffset == 3) {
+  if (kBits == 5) {
+    // the codes as bytes (int5Codes), read as int8 codes are: nibbles 4 e, 4 e + 2 at bits 0 and 8
+    // of ca >> 16 e, nibbles 4 e + 1, 4 e + 3 of cb's
+    unsigned c[2];
+    int5Codes(w[0], hi, c[0], c[1]);
+    const float d256 = d * 0.00390625f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const unsigned u = c[h] >> (16 * e);
+        v[4 * e + h] = fmaf(maskedCode<0xFFu>(u), d, lo);
+        v[4 * e + 2 + h] = fmaf(maskedCode<0xFF00u>(u), d256, lo);
+      }
+  } else if (kBits == 4 && kOffset == 3) {
     // nl: nibbles 4 h .. 4 h + 3 looked up as the grid's signed bytes, then read as int8 sym
     // codes (c ^ 0x80 = code + 128, lo = -128 d), in nibble order.
     const float d256 = d * 0.00390625f;
@@ -375,7 +432,7 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, const float ds[2
     for (int c = 0; c < 4; ++c)
       xp[c] = xs[4 * c];
     float a = acc[i];
-    if (kBits == 4) {
+    if (kBits != 8) {
 #pragma unroll
       for (int p = 0; p < 8; ++p)
         a = fmaf(v[p], p < 4 ? xp[p].x : xp[p - 4].y, a);
@@ -409,28 +466,30 @@ __device__ __forceinline__ void spanWords(const unsigned char *stage, int lane, 
 }
 
 // The M sub-blocks of the span staged at `stage`, its scales at `sc`.
+// int5: hi holds the lane's bytes of fifth bits, sub-block j's at bits 8 j.
 template <int NT, int M>
-__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsigned char *sc, const float *x,
-                                         const int xrow[NT], int span, int lane, int n, int q, float acc[NT]) {
+__device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsigned char *sc, unsigned hi,
+                                         const float *x, const int xrow[NT], int span, int lane, int n, int q,
+                                         float acc[NT]) {
   unsigned words[kW];
   spanWords<M>(stage, lane, words);
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     const int gi = kGroupPerSpan ? 0 : j * kSubGroups;
-    const float d = stagedScale(sc + gi * kGroupScaleBytes, n);
+    const float d = spanScale(sc, gi, n);
     float lo;
     if (kOffset == 2)
-      lo = stagedScale(sc + kOffsetsRel + gi * kGroupOffsetBytes, n);
+      lo = spanMin(sc, gi, n);
     else if (kOffset == 1)
       lo = -d * (float)sc[kOffsetsRel + gi * kGroupOffsetBytes + n];
-    else // sym int4: -8 d; sym int8 and nl (read as int8 codes + 128): -128 d
-      lo = kBits == 4 && kOffset == 0 ? -8.0f * d : -128.0f * d;
+    else // sym int4: -8 d, int5: -16 d; sym int8 and nl (read as int8 codes + 128): -128 d
+      lo = kOffset == 0 && kBits != 8 ? -(float)kSymCode * d : -128.0f * d;
     float ds[2] = {d, d}, los[2] = {lo, lo};
     if (kSubGroups == 2) { // g16 (int8 sym): k-step 1 has the next group's scale
-      ds[1] = stagedScale(sc + (gi + 1) * kGroupScaleBytes, n);
+      ds[1] = spanScale(sc, gi + 1, n);
       los[1] = -128.0f * ds[1];
     }
-    gemvSubBlock<NT>(words + j * (kW / 4), ds, los, x, xrow, span * 128 + j * 32, q, acc);
+    gemvSubBlock<NT>(words + j * (kW / 4), hi >> (8 * j), ds, los, x, xrow, span * 128 + j * 32, q, acc);
   }
 }
 
@@ -469,7 +528,7 @@ __device__ __forceinline__ float smallIntToFloat(int i) {
 // magnitude), then acc += (d_w * d_x) * p as the CPU's fast contract sums (its fmaf over the
 // sub-blocks, here split over lanes and warps). The offsets: lane q adds lo * s of sub-block q.
 template <int NT, int M>
-__device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const unsigned char *sc,
+__device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const unsigned char *sc, unsigned hi,
                                            const unsigned char *xq, const int xrow[NT], int span, int lane,
                                            int n, int q, float acc[NT]) {
   unsigned words[kW];
@@ -487,24 +546,26 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
     } else if (kBits == 4) {
       ca[j] = words[j] & 0x0F0F0F0Fu;
       cb[j] = (words[j] >> 4) & 0x0F0F0F0Fu;
+    } else if (kBits == 5) { // the same with their fifth bits
+      int5Codes(words[j], hi >> (8 * j), ca[j], cb[j]);
     } else { // word 0: elements 2q, 2q+1, 2q+8, 2q+9; word 1 the same + 16
       ca[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
       cb[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
     }
-    d[j] = stagedScale(sc + (kGroupPerSpan ? 0 : j * kSubGroups) * kGroupScaleBytes, n);
-    d1[j] = kSubGroups == 2 ? stagedScale(sc + (j * 2 + 1) * kGroupScaleBytes, n) : d[j];
+    d[j] = spanScale(sc, kGroupPerSpan ? 0 : j * kSubGroups, n);
+    d1[j] = kSubGroups == 2 ? spanScale(sc, j * 2 + 1, n) : d[j];
   }
   float lo = 0.0f; // sub-block q's offset
   const bool offset = !kSignedCodes && q < M;
   if (offset) {
     const int gi = kGroupPerSpan ? 0 : q;
-    const float dq = kGroupPerSpan ? d[0] : stagedScale(sc + gi * kGroupScaleBytes, n);
+    const float dq = kGroupPerSpan ? d[0] : spanScale(sc, gi, n);
     if (kOffset == 2)
-      lo = stagedScale(sc + kOffsetsRel + gi * kGroupOffsetBytes, n);
+      lo = spanMin(sc, gi, n);
     else if (kOffset == 1)
       lo = -dq * (float)sc[kOffsetsRel + gi * kGroupOffsetBytes + n];
-    else
-      lo = -8.0f * dq;
+    else // sym int4, int5
+      lo = -(float)kSymCode * dq;
   }
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
@@ -588,14 +649,16 @@ __device__ __forceinline__ void gemvItem(const float *__restrict__ x, const int 
     const unsigned char *xq = reinterpret_cast<const unsigned char *>(x);
     const unsigned char *sc = kItemScales ? scales->b + i * kSpanScaleBytes : stages[s].b + kStageScalesAt;
     const bool full = kTailSubBlocks == 0 || span < kFullSpans;
+    const unsigned hi = kBits != 5 ? 0u : full ? *reinterpret_cast<const unsigned *>(stages[s].b + kStageFifthAt + lane * 4)
+                                               : spanFifthBits(base, span, lane);
     if (kInt8Activations && full)
-      gemvSpanQ8<NT, 4>(stages[s].b, sc, xq, xrow, span, lane, n, q, acc);
+      gemvSpanQ8<NT, 4>(stages[s].b, sc, hi, xq, xrow, span, lane, n, q, acc);
     else if (kInt8Activations)
-      gemvSpanQ8<NT, kTailSubBlocks>(stages[s].b, sc, xq, xrow, span, lane, n, q, acc);
+      gemvSpanQ8<NT, kTailSubBlocks>(stages[s].b, sc, hi, xq, xrow, span, lane, n, q, acc);
     else if (full)
-      gemvSpan<NT, 4>(stages[s].b, sc, x, xrow, span, lane, n, q, acc);
+      gemvSpan<NT, 4>(stages[s].b, sc, hi, x, xrow, span, lane, n, q, acc);
     else
-      gemvSpan<NT, kTailSubBlocks>(stages[s].b, sc, x, xrow, span, lane, n, q, acc);
+      gemvSpan<NT, kTailSubBlocks>(stages[s].b, sc, hi, x, xrow, span, lane, n, q, acc);
     if (!kItemScales)
       __syncwarp(); // every lane is done with the slot before it is refilled
   };
@@ -666,10 +729,11 @@ ${SILU_ENTRY}  // Block b's first item is tile b (of the first token chunk): its
         const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
         // (codes read per sub-block straight from memory: the tiles hold enough registers)
         const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
+        const unsigned hi = kBits == 5 ? spanFifthBits(base, span, lane) : 0u;
         for (int j = 0; j < m; ++j) {
           float v[8];
           int at[8];
-          dequantSubBlock(base, reinterpret_cast<const unsigned *>(mine + j * kW), span, j, n, q, v, at);
+          dequantSubBlock(base, reinterpret_cast<const unsigned *>(mine + j * kW), hi >> (8 * j), span, j, n, q, v, at);
           const int k0 = span * 128 + j * 32;
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
@@ -1130,22 +1194,23 @@ __device__ __forceinline__ float codeToFloat(unsigned c) {
   return __uint_as_float(0x4B000000u | c) - 8388608.0f;
 }
 
-// Sub-block j of span `span`, the lane's words `w` of it (registers or memory): its 8 weights (row n of the tile)
-// dequantized exactly, v[p] at element k0 + at[p] (k0 = span * 128 + j * 32).
-__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w,
+// Sub-block j of span `span`, the lane's words `w` of it (registers or memory) and (int5) its byte
+// of fifth bits hi: its 8 weights (row n of the tile) dequantized exactly, v[p] at element k0 +
+// at[p] (k0 = span * 128 + j * 32).
+__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w, unsigned hi,
                                                 int span, int j, int n, int q, float v[8], int at[8]) {
   const int k0 = span * 128 + j * 32; // this sub-block's first element
   const int g = k0 / kGroup;          // sub-blocks never straddle groups (g16: two, one per k-step)
-  const float d = loadScale(base + (g * 8 + n) * kScaleBytes);
-  const float d1 = kSubGroups == 2 ? loadScale(base + ((g + 1) * 8 + n) * kScaleBytes) : d;
+  const float d = groupScale(base, g, n);
+  const float d1 = kSubGroups == 2 ? groupScale(base, g + 1, n) : d;
   float lo = 0.0f; // value = d * code + lo
   if (kOffset == 2)
-    lo = loadScale(base + kOffsetsAt + (g * 8 + n) * kScaleBytes);
+    lo = groupMin(base, g, n);
   else if (kOffset == 1)
     lo = -d * (float)base[kOffsetsAt + g * 8 + n];
   else
-    lo = kBits == 4 && kOffset == 0 ? -8.0f * d : 0.0f;
-  if (kBits == 4) {
+    lo = kBits != 8 && kOffset == 0 ? -(float)kSymCode * d : 0.0f;
+  if (kBits != 8) {
     const unsigned word = w[0];
     // nl: the grid values of nibbles 0..3 and 4..7 as signed bytes
     const unsigned grid[2] = {kOffset == 3 ? nlGrid4(word) : 0u, kOffset == 3 ? nlGrid4(word >> 16) : 0u};
@@ -1156,7 +1221,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
       const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
       at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
       const float code = kOffset == 3 ? codeToFloat(((grid[p >> 2] >> (8 * (p & 3))) & 255u) ^ 0x80u) - 128.0f
-                                      : codeToFloat((word >> (4 * p)) & 15u);
+                                      : codeToFloat(((word >> (4 * p)) & 15u) | ((hi >> p) & 1u) << 4);
       v[p] = d * code + lo;
     }
   } else {

@@ -265,8 +265,7 @@ llmrt::Status compile(const CompileOptions &opts) {
                    list.c_str(), hint.c_str());
   }
   if (!opts.quiet && !opts.dequantize) {
-    // GGUF blocks held in a wider format of ours (Dequant.h; plans for GPUs: its expansion,
-    // quant::cuda_format): say what they cost.
+    // GGUF blocks held in a wider format of ours (Dequant.h): say what they cost.
     std::set<std::string> types;
     uint64_t fileBytes = 0, planBytes = 0;
     int widened = 0;
@@ -274,8 +273,6 @@ llmrt::Status compile(const CompileOptions &opts) {
       auto format = model.tensors->nativeFormat(t.name);
       if (!format || t.shape.size() != 2 || t.dtype == SourceDType::Packed)
         continue;
-      if (opts.weightLayout == "cuda-mma")
-        format = llmrt::quant::cuda_format(*format);
       auto rowBytes = llmrt::quant::row_bytes(*format, t.shape[1]);
       const int64_t file = storageBytes(t.dtype, t.numElements());
       if (!rowBytes.ok() || file < 0)

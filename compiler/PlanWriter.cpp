@@ -117,29 +117,15 @@ struct Lowering {
     all.resize(start + static_cast<size_t>(rows * rb));
     uint8_t *packed = all.data() + start;
     auto native = model.tensors->nativeFormat(src.name);
-    if (native && (*native == f || quant::cuda_format(*native) == f)) {
-      // The checkpoint's blocks, or (a plan for GPUs) their expansion (quant::cuda_format: the
-      // same values, wider rows). Expanded in place: the checkpoint's rows are read into the end
-      // of the tensor's bytes, and row r is copied out before its expansion is written, which
-      // ends before row r + 1's bytes begin (every row grows by the same rb - nrb > 0).
-      const bool expand = !(*native == f);
-      ASSIGN_OR_RETURN(int64_t nrb, quant::row_bytes(*native, k));
-      if (expand && nrb >= rb)
-        return llmrt::internal_error("tensor '" + src.name + "': " + t.quant + " rows are not wider than " +
-                                     quant::format_name(*native) + "'s");
-      uint8_t *in = packed + (expand ? rows * (rb - nrb) : 0);
-      RETURN_IF_ERROR(model.tensors->readPacked(src.name, in));
-      std::vector<uint8_t> row(expand ? static_cast<size_t>(nrb) : 0);
+    if (native && *native == f) {
+      // The checkpoint's blocks, as they are (for every target: the CPU and CUDA kernels read
+      // every format GGUF blocks are held in).
+      RETURN_IF_ERROR(model.tensors->readPacked(src.name, packed));
       for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t *native_row = in + r * nrb;
-        if (expand)
-          native_row = static_cast<uint8_t *>(std::memcpy(row.data(), native_row, static_cast<size_t>(nrb)));
-        std::string bad = quant::check_row(*native, native_row, k);
+        std::string bad = quant::check_row(f, packed + r * rb, k);
         if (!bad.empty())
-          return llmrt::invalid_argument("tensor '" + src.name + "' (" + quant::format_name(*native) + "), row " +
-                                         std::to_string(r) + ": " + bad);
-        if (expand)
-          quant::expand_row(*native, native_row, k, packed + r * rb);
+          return llmrt::invalid_argument("tensor '" + src.name + "' (" + t.quant + "), row " + std::to_string(r) +
+                                         ": " + bad);
       }
     } else {
       buffer.resize(static_cast<size_t>(rows * k));

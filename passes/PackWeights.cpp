@@ -102,14 +102,6 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         return signalPassFailure();
       }
       rtn = *f;
-      if (target == "cuda" && !(llmrt::quant::cuda_format(*f) == *f)) {
-        module.emitError() << "--llm-pack-weights: " << quantize
-                           << " has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda "
-                              "quantize to a format without them (e.g. "
-                           << llmrt::quant::format_name(llmrt::quant::cuda_format(*f))
-                           << ", their expansion)";
-        return signalPassFailure();
-      }
     }
     if (denseDtype != "f32" && denseDtype != "f16" && denseDtype != "bf16") {
       module.emitError() << "--llm-pack-weights: unknown dense-dtype '" << denseDtype
@@ -124,12 +116,6 @@ struct PackWeightsPass : llmc::impl::PackWeightsBase<PackWeightsPass> {
         int64_t k = cast<RankedTensorType>(w.getType()).getDimSize(1);
         if (w.getSourceQuantAttr() && !dequantize) {
           chosen = w.getSourceQuantAttr().getValue().str();
-          // The CUDA kernels read no sub-scales or int5 codes: the same values
-          // with f32 scales per sub-block, int8 codes (the plan writer
-          // expands the blocks exactly).
-          auto f = llmrt::quant::parse_format(chosen);
-          if (target == "cuda" && f.ok())
-            chosen = llmrt::quant::format_name(llmrt::quant::cuda_format(*f));
         } else if (rtn && (!embeddingLike || quantizeEmbeddings))
           if (auto f = fitGroup(*rtn, k))
             chosen = llmrt::quant::format_name(*f);

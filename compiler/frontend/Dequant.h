@@ -40,8 +40,8 @@
 // IQ2 / IQ3 types have no exact held format and are refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
 // is the one ggml's dequantization computes (and the sub-scale formats' values
-// are those of their f32-scale expansion, which plans for GPUs hold:
-// quant::expand_row) (Q3_K's zeros aside: they take
+// are those of their f32-scale expansion, quant::expand_row; plans for GPUs
+// hold int5 codes expanded so) (Q3_K's zeros aside: they take
 // d's sign, ggml's that of d * (sc - 32)).
 //
 //===----------------------------------------------------------------------===//

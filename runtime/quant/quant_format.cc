@@ -85,7 +85,7 @@ void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, flo
            : 0.0f;
 }
 
-Format cuda_format(const Format& f) {
+Format expanded_format(const Format& f) {
   Format w = f;
   if (f.sub != 0) w = Format{f.bits, f.sub, ScaleType::kF32, f.offset, 0};
   if (f.bits == 5) {
@@ -131,7 +131,7 @@ void int5_codes(const uint8_t* q, int* c) {
 }  // namespace
 
 void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
-  const Format w = cuda_format(f);
+  const Format w = expanded_format(f);
   const int64_t g = group_elems(f, k), pe = scale_elems(f, k);
   const int64_t gb = group_bytes(f, g), hb = header_bytes(f), whb = base_header_bytes(w);
   const int sb = scale_bytes(f.scale);
@@ -196,9 +196,6 @@ const char* layout_name(Layout l) {
 
 StatusOr<uint64_t> tensor_bytes(const Format& f, Layout l, int64_t n, int64_t k) {
   ASSIGN_OR_RETURN(int64_t rb, row_bytes(f, k));
-  if (l == Layout::kCudaMma8 && f.bits == 5)
-    return invalid_argument(format_name(f) + " has no " + kLayoutCudaMma8 + " layout (plans for GPUs hold " +
-                            format_name(cuda_format(f)) + ")");
   if (n < 0) return invalid_argument("negative row count");
   const uint64_t rows = is_tiled(l) ? static_cast<uint64_t>((n + kTileRows - 1) / kTileRows * kTileRows)
                                                     : static_cast<uint64_t>(n);
@@ -245,30 +242,48 @@ void deinterleave_row(const Format& f, int64_t k, const uint8_t* tile, int r, ui
   });
 }
 
-CodePos cuda_mma_code_pos(const Format& f, int64_t k, int r, int64_t e) {
+namespace {
+
+// Element e of tile row r in cuda_mma_n8: its span's first byte, the span's sub-blocks m, its
+// sub-block j, lane and (int8) fragment byte or (int4, int5) nibble of the lane's word.
+struct CudaSlot {
+  int64_t span_at, m, j, lane, byte, nibble;
+};
+CudaSlot cuda_slot(const Format& f, int64_t k, int r, int64_t e) {
   const int64_t groups = k / group_elems(f, k);
-  const int64_t codes = kTileRows * groups * header_bytes(f);
-  const int64_t W = f.bits == 4 ? 4 : 8;                   // lane bytes per sub-block
   const int64_t span = e / 128, m = std::min<int64_t>(4, (k - span * 128) / kSubBlock);
   const int64_t j = e % 128 / kSubBlock, i = e % kSubBlock;
   const int64_t s = i / 16, w = i % 16;                    // k-step, offset in it
   const int64_t q = w % 8 / 2, b = (w & 1) + 2 * (w / 8);  // lane % 4, fragment element b0..b3
-  const int64_t lane = 4 * r + q;
-  const int64_t base = codes + span * kTileRows * 128 * f.bits / 8 + lane * m * W + j * W;
-  if (f.bits == 8) return {base + 4 * s + b, 0};
-  const int64_t p = 2 * s + (b >> 1) + 4 * (b & 1);      // nibble in the 32-bit word
-  return {base + p / 2, static_cast<int>(4 * (p % 2))};
+  return {kTileRows * groups * header_bytes(f) + span * kTileRows * 128 * f.bits / 8, m, j, 4 * r + q, 4 * s + b,
+          2 * s + (b >> 1) + 4 * (b & 1)};
+}
+
+}  // namespace
+
+CodePos cuda_mma_code_pos(const Format& f, int64_t k, int r, int64_t e) {
+  const CudaSlot c = cuda_slot(f, k, r, e);
+  const int64_t W = f.bits == 8 ? 8 : 4;  // lane bytes per sub-block (int5: of the low 4 bits)
+  const int64_t base = c.span_at + c.lane * c.m * W + c.j * W;
+  if (f.bits == 8) return {base + c.byte, 0};
+  return {base + c.nibble / 2, static_cast<int>(4 * (c.nibble % 2))};
+}
+
+CodePos cuda_mma_fifth_bit_pos(const Format& f, int64_t k, int r, int64_t e) {
+  const CudaSlot c = cuda_slot(f, k, r, e);
+  return {c.span_at + c.m * 128 + c.lane * c.m + c.j, static_cast<int>(c.nibble)};
 }
 
 namespace {
 
-// Row-layout position of element e's code (as cuda_mma_code_pos for the row layout).
+// Row-layout position of element e's code (as cuda_mma_code_pos for the row layout; int5: of its
+// low 4 bits, after the sub-block's word of fifth bits).
 CodePos row_code_pos(const Format& f, int64_t k, int64_t e) {
   const int64_t g = group_elems(f, k), gi = e / g, i = e % g;
   const int64_t base = gi * group_bytes(f, g) + header_bytes(f) + i / kSubBlock * (kSubBlock * f.bits / 8);
   const int64_t c = i % kSubBlock;
   if (f.bits == 8) return {base + c, 0};
-  return {base + c % 16, c < 16 ? 0 : 4};
+  return {base + (f.bits == 5 ? 4 : 0) + c % 16, c < 16 ? 0 : 4};
 }
 
 // Calls move(tile_offset, row, row_offset, bytes) for the scales and offsets of cuda_mma_n8 (for
@@ -296,22 +311,28 @@ void for_each_cuda_header(const Format& f, int64_t k, int only, Move&& move) {
 // after row r - 1's (lane 4 r + q, m sub-blocks of W bytes each); whole spans differ by their
 // start; in the row layout, element c of a sub-block lies where element c of the first one does,
 // from the sub-block's start.
+// int5: the fifth bits alike (row r's m bytes of a span lie 4 m after row r - 1's; in the row
+// layout, a sub-block's word of fifth bits lies 4 bytes before its nibbles).
 struct CudaCodeMaps {
   int64_t W, start, span_bytes, full_spans, tail_m;
   CodePos full[128], tail[128];  // row 0's codes of a whole / of the short last span, from its start
+  CodePos fifth_full[128], fifth_tail[128];  // int5: row 0's fifth bits, from the span's start
   CodePos in_sub[kSubBlock];
 
   CudaCodeMaps(const Format& f, int64_t k)
-      : W(f.bits == 4 ? 4 : 8), start(cuda_mma_code_pos(f, k, 0, 0).byte),
+      : W(f.bits == 8 ? 8 : 4), start(cuda_mma_code_pos(f, k, 0, 0).byte),
         span_bytes(kTileRows * 128 * f.bits / 8), full_spans(k / 128), tail_m(k % 128 / kSubBlock) {
-    auto span_table = [&](int64_t span, int64_t m, CodePos* t) {
+    auto span_table = [&](int64_t span, int64_t m, CodePos* t, CodePos* fifth) {
       for (int64_t e = 0; e < m * kSubBlock; ++e) {
         t[e] = cuda_mma_code_pos(f, k, 0, span * 128 + e);
         t[e].byte -= start + span * span_bytes;
+        if (f.bits != 5) continue;
+        fifth[e] = cuda_mma_fifth_bit_pos(f, k, 0, span * 128 + e);
+        fifth[e].byte -= start + span * span_bytes;
       }
     };
-    if (full_spans > 0) span_table(0, 4, full);
-    if (tail_m > 0) span_table(full_spans, tail_m, tail);
+    if (full_spans > 0) span_table(0, 4, full, fifth_full);
+    if (tail_m > 0) span_table(full_spans, tail_m, tail, fifth_tail);
     const int64_t first = row_code_pos(f, k, 0).byte;
     for (int c = 0; c < kSubBlock; ++c) {
       in_sub[c] = row_code_pos(f, k, c);
@@ -322,6 +343,8 @@ struct CudaCodeMaps {
   int64_t m(int64_t span) const { return span < full_spans ? 4 : tail_m; }
   const CodePos* table(int64_t span) const { return span < full_spans ? full : tail; }
   int64_t at(int64_t span, int r) const { return start + span * span_bytes + 4 * r * m(span) * W; }
+  const CodePos* fifth_table(int64_t span) const { return span < full_spans ? fifth_full : fifth_tail; }
+  int64_t fifth_at(int64_t span, int r) const { return start + span * span_bytes + 4 * r * m(span); }
   // Where the span's codes lie in a row of the row layout (element e: from[e], shift[e]).
   void row_sources(const Format& f, int64_t k, int64_t span, int64_t* from, uint8_t* shift) const {
     for (int64_t j = 0; j < m(span); ++j) {
@@ -342,12 +365,14 @@ void cuda_pack_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nro
   });
   // Each tile byte written once, whole, from its codes (one int8 code, or two int4 ones: slot
   // 0 the low nibble): for each byte of a row's part of a span, the span elements in its slots.
+  // (int5: the low 4 bits so, then the fifth bits one by one.)
   const CudaCodeMaps maps(f, k);
-  const unsigned mask = (1u << f.bits) - 1;
-  const int per_byte = 8 / f.bits;
+  const int bits = f.bits == 5 ? 4 : f.bits;
+  const unsigned mask = (1u << bits) - 1;
+  const int per_byte = 8 / bits;
   int16_t slots_full[128], slots_tail[128];
   auto fill_slots = [&](const CodePos* t, int64_t m, int16_t* slots) {
-    for (int64_t e = 0; e < m * kSubBlock; ++e) slots[t[e].byte * per_byte + t[e].shift / f.bits] = static_cast<int16_t>(e);
+    for (int64_t e = 0; e < m * kSubBlock; ++e) slots[t[e].byte * per_byte + t[e].shift / bits] = static_cast<int16_t>(e);
   };
   if (maps.full_spans > 0) fill_slots(maps.full, 4, slots_full);
   if (maps.tail_m > 0) fill_slots(maps.tail, maps.tail_m, slots_tail);
@@ -364,9 +389,17 @@ void cuda_pack_tile(const Format& f, int64_t k, const uint8_t* rows, int64_t nro
         unsigned b = 0;
         for (int i = 0; i < per_byte; ++i) {
           const int e = slots[o * per_byte + i];
-          b |= ((row[from[e]] >> shift[e]) & mask) << (i * f.bits);
+          b |= ((row[from[e]] >> shift[e]) & mask) << (i * bits);
         }
         out[o] = static_cast<uint8_t>(b);
+      }
+      if (f.bits != 5) continue;
+      const CodePos* fifth = maps.fifth_table(span);
+      uint8_t* high = tile + maps.fifth_at(span, r);
+      for (int64_t e = 0; e < maps.m(span) * kSubBlock; ++e) {
+        const int64_t word = from[e - e % kSubBlock] - 4;  // the sub-block's fifth bits
+        const unsigned bit = (row[word + e % kSubBlock / 8] >> (e % 8)) & 1u;
+        high[fifth[e].byte] = static_cast<uint8_t>(high[fifth[e].byte] | bit << fifth[e].shift);
       }
     }
   }
@@ -379,7 +412,7 @@ void cuda_unpack_row(const Format& f, int64_t k, const uint8_t* tile, int r, uin
     std::memcpy(row + ro, tile + to, static_cast<size_t>(n));
   });
   const CudaCodeMaps maps(f, k);
-  const unsigned mask = (1u << f.bits) - 1;
+  const unsigned mask = f.bits == 8 ? 255u : 15u;
   int64_t to[128];
   uint8_t shift[128];
   for (int64_t span = 0; span < maps.spans(); ++span) {
@@ -389,6 +422,14 @@ void cuda_unpack_row(const Format& f, int64_t k, const uint8_t* tile, int r, uin
     for (int64_t e = 0; e < maps.m(span) * kSubBlock; ++e) {
       const unsigned code = (in[t[e].byte] >> t[e].shift) & mask;
       row[to[e]] = static_cast<uint8_t>(row[to[e]] | (code << shift[e]));
+    }
+    if (f.bits != 5) continue;
+    const CodePos* fifth = maps.fifth_table(span);
+    const uint8_t* high = tile + maps.fifth_at(span, r);
+    for (int64_t e = 0; e < maps.m(span) * kSubBlock; ++e) {
+      const int64_t word = to[e - e % kSubBlock] - 4;  // the sub-block's fifth bits
+      const unsigned bit = (high[fifth[e].byte] >> fifth[e].shift) & 1u;
+      row[word + e % kSubBlock / 8] = static_cast<uint8_t>(row[word + e % kSubBlock / 8] | bit << (e % 8));
     }
   }
 }
@@ -521,7 +562,7 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
       }
       continue;
     }
-    if (f.bits == 5) {  // (the expressions of int8 zp / min: cuda_format's values are these)
+    if (f.bits == 5) {  // (the expressions of int8 zp / min: expanded_format's values are these)
       if (f.offset == Offset::kSym) z = 16;
       int c[kSubBlock];
       for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += 20) {

@@ -24,8 +24,7 @@
 // permutes).
 //
 // A group is a multiple of 32 elements, or 16 for int8 sym (GGUF's 16-element sub-blocks); rows
-// are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32). int5
-// has no cuda_mma_n8 layout: plans for GPUs hold cuda_format's int8 codes.
+// are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32).
 //
 // With a group of 32 and f16 scales these are GGUF's blocks bit for bit: int8-g32-f16-sym is
 // Q8_0, int4-g32-f16-sym is Q4_0, int4-g32-f16-min is Q4_1, int5-g32-f16-sym is Q5_0 and
@@ -46,7 +45,7 @@
 // and sub-block j has the scale d * sc_j and the min dmin * mc_j (f32 products of an f16/bf16 and
 // an int8: exact, at most 11 + 8 significant bits), its codes then read as above. So a sub-scale
 // format's values, and every kernel's results, are those of the format with groups of `sub` and
-// those products as f32 scales (expand_row writes it): GGUF's Q4_K is int4-g256s32-f16-min
+// those products as f32 scales (expanded_format; expand_row writes it): GGUF's Q4_K is int4-g256s32-f16-min
 // (4.625 bits per weight, against 6 as int4-g32-f32-min), Q5_K int5-g256s32-f16-min, Q6_K
 // int8-g256s16-f16-sym, IQ4_XS int4-g256s32-f16-nl. Zero points take no sub-scales.
 //
@@ -75,8 +74,8 @@
 //
 //   scales   [G][8] of the scale type (group-major: one group's 8 rows are adjacent)
 //   offsets  [G][8]: min: scale type; zero point: bytes; sym: absent
-//   [sub-scales: [G][S][8] codes sc_j, then (min) [G][S][8] codes mc_j; S sub-blocks a group.
-//    The CUDA kernels do not read these: plans for GPUs hold cuda_format's expansion]
+//   [sub-scales: per group, [S][8] codes sc_j, then (min) [S][8] codes mc_j; S sub-blocks a
+//    group. The CUDA kernels multiply them out as they stage a span's scales]
 //   codes    k in spans of up to 128 elements (4 sub-blocks of 32; the last span may be shorter:
 //            m = its sub-blocks). In a span, lane L (0..31) of a warp owns m * W consecutive
 //            bytes at span_base + L * m * W (W = 4 for int4, 8 for int8 per sub-block), so one
@@ -91,9 +90,13 @@
 //         (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3) (1,b1) (1,b3),
 //         so (word >> 4t) & 0x000F000F holds the f16x2 pair t = 0..3: {b0,b1} and {b2,b3} of
 //         k-step 0, then of k-step 1 (each ready for the 0x6400 exponent trick);
-//   int8: two 32-bit words, word s holding b0, b1, b2, b3 of k-step s in bytes 0..3.
-// Codes keep their meaning (value rules above). cuda_mma_code_pos() computes the position and
-// the tests check it against the fragment rule; a tile is 8 row_bytes, like the CPU tiles.
+//   int8: two 32-bit words, word s holding b0, b1, b2, b3 of k-step s in bytes 0..3;
+//   int5: the low 4 bits as int4 (W = 4); after the span's m * 128 bytes of them, lane L's m
+//         bytes of fifth bits at m * 128 + L * m: bit p of byte j is the fifth bit of nibble p of
+//         the lane's sub-block j word (so a span is 640 bytes, 5 bits per weight).
+// Codes keep their meaning (value rules above). cuda_mma_code_pos() (and for int5
+// cuda_mma_fifth_bit_pos()) computes the position and the tests check it against the fragment
+// rule; a tile is 8 row_bytes, like the CPU tiles.
 #pragma once
 
 #include <cmath>
@@ -152,11 +155,11 @@ inline int64_t group_elems(const Format& f, int64_t k) { return f.group == 0 ? k
 inline int64_t sub_scales(const Format& f) { return f.sub == 0 ? 0 : f.group / f.sub; }
 /// Elements that share one scale: the sub-block with sub-scales, else the group.
 inline int64_t scale_elems(const Format& f, int64_t k) { return f.sub != 0 ? f.sub : group_elems(f, k); }
-/// The format with the same values that the CUDA kernels read: no sub-scales (groups of `sub`,
-/// f32 scales and mins d * sc_j, dmin * mc_j) and no int5 codes (int8 bytes; sym becomes a zero
-/// point of 16); f itself when it has neither.
-Format cuda_format(const Format& f);
-/// One row of f in cuda_format(f): row_bytes of that format in out.
+/// The format with the same values and neither sub-scales (groups of `sub`, f32 scales and mins
+/// d * sc_j, dmin * mc_j) nor int5 codes (int8 bytes; sym becomes a zero point of 16); f itself
+/// when it has neither.
+Format expanded_format(const Format& f);
+/// One row of f in expanded_format(f): row_bytes of that format in out.
 void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);
 /// Scale and min (0 for other offsets) of sub-block j (< sub_scales) of a group whose header is
 /// at h in the row layout.
@@ -191,6 +194,9 @@ struct CodePos {
   int shift;
 };
 CodePos cuda_mma_code_pos(const Format& f, int64_t k, int r, int64_t e);
+/// int5: where the fifth bit of element e of tile row r lies: tile byte `byte`, bit `shift`
+/// (cuda_mma_code_pos gives its low 4 bits).
+CodePos cuda_mma_fifth_bit_pos(const Format& f, int64_t k, int r, int64_t e);
 
 float load_scale(ScaleType t, const uint8_t* p);
 /// Rounds x to the scale type and stores it; returns the stored value as f32.

@@ -47,8 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rowBytes <= 0 || !heldRow.ok() || t.numElements % k != 0)
       continue;
     held.assign(static_cast<size_t>(*heldRow), 0);
-    // Sub-scale formats (k-quants): the expansion GPU plans hold has the same values, bit for bit.
-    const llmrt::quant::Format wide = llmrt::quant::cuda_format(*format);
+    // Sub-scale formats (k-quants): the expansion to groups of `sub` has the same values, bit for bit.
+    const llmrt::quant::Format wide = llmrt::quant::expanded_format(*format);
     std::vector<uint8_t> expanded(static_cast<size_t>(*llmrt::quant::row_bytes(wide, k)));
     std::vector<float> check(static_cast<size_t>(k));
     for (int64_t r = 0; r < t.numElements / k; ++r) {

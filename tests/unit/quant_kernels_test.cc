@@ -52,8 +52,8 @@ const char* kAllFormats[] = {
     "int5-g32-f16-sym", "int5-g32-f16-min", "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-g128-f32-min",
     "int5-row-f32-sym"};
 
-// Layouts that hold format f: int5 has no cuda_mma_n8 (plans for GPUs hold cuda_format's int8).
-bool has_layout(const Format& f, quant::Layout l) { return !(l == quant::Layout::kCudaMma8 && f.bits == 5); }
+// Layouts that hold format f: every layout holds every format.
+bool has_layout(const Format&, quant::Layout) { return true; }
 
 // ---------------- formats ----------------
 
@@ -109,20 +109,22 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
   EXPECT_EQ(quant::sub_scales(q4k), 8);
   EXPECT_EQ(quant::base_header_bytes(q4k), 4);
   EXPECT_EQ(quant::header_bytes(q4k), 20);
-  EXPECT_EQ(quant::format_name(quant::cuda_format(q4k)), "int4-g32-f32-min");
-  EXPECT_EQ(quant::format_name(quant::cuda_format(*quant::parse_format("int8-g256s16-f16-sym"))),
+  EXPECT_EQ(quant::format_name(quant::expanded_format(q4k)), "int4-g32-f32-min");
+  EXPECT_EQ(quant::format_name(quant::expanded_format(*quant::parse_format("int8-g256s16-f16-sym"))),
             "int8-g16-f32-sym");
-  EXPECT_EQ(quant::cuda_format(*quant::parse_format("int4-g32-f16-zp")), *quant::parse_format("int4-g32-f16-zp"));
+  EXPECT_EQ(quant::expanded_format(*quant::parse_format("int4-g32-f16-zp")), *quant::parse_format("int4-g32-f16-zp"));
+  // Plans for GPUs hold them as they are.
+  EXPECT_EQ(*quant::tensor_bytes(q4k, quant::Layout::kCudaMma8, 8, 512), 8u * 2 * (4 + 16 + 128));
   // int5: 20 bytes per sub-block of 32 (the fifth bits' word, the nibbles): Q5_0 22 bytes per 32,
   // Q5_1 24, as GGUF's; Q5_K 180 per 256 (the file 176). Plans for GPUs hold int8 codes.
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int5-g32-f16-sym"), 64), 44);
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int5-g32-f16-min"), 64), 48);
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int5-g256s32-f16-min"), 256), 180);
-  EXPECT_EQ(quant::format_name(quant::cuda_format(*quant::parse_format("int5-g32-f16-sym"))), "int8-g32-f16-zp");
-  EXPECT_EQ(quant::format_name(quant::cuda_format(*quant::parse_format("int5-g256s32-f16-min"))), "int8-g32-f32-min");
-  auto cuda5 = quant::tensor_bytes(*quant::parse_format("int5-g32-f16-min"), quant::Layout::kCudaMma8, 8, 64);
-  ASSERT_FALSE(cuda5.ok());
-  EXPECT_NE(cuda5.status().message().find("int8-g32-f16-min"), std::string::npos) << cuda5.status().message();
+  EXPECT_EQ(quant::format_name(quant::expanded_format(*quant::parse_format("int5-g32-f16-sym"))), "int8-g32-f16-zp");
+  EXPECT_EQ(quant::format_name(quant::expanded_format(*quant::parse_format("int5-g256s32-f16-min"))),
+            "int8-g32-f32-min");
+  // cuda_mma_n8 holds int5 in 5 bits too (a span's low 4 bits, then its fifth bits).
+  EXPECT_EQ(*quant::tensor_bytes(*quant::parse_format("int5-g32-f16-min"), quant::Layout::kCudaMma8, 8, 64), 8u * 48);
 }
 
 // A sub-scale format's values are its expansion's (groups of `sub`, f32 scales d * sc_j and mins
@@ -131,7 +133,7 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
 TEST(QuantFormat, SubScalesAreExactProducts) {
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
                            "int8-g64s32-bf16-min", "int4-g64s32-bf16-sym"}) {
-    const Format f = *quant::parse_format(name), w = quant::cuda_format(f);
+    const Format f = *quant::parse_format(name), w = quant::expanded_format(f);
     const int64_t k = 512, rb = *quant::row_bytes(f, k);
     std::vector<uint8_t> row(rb);
     std::mt19937 rng(5);
@@ -525,7 +527,6 @@ TEST(QuantLayout, InterleavedTilesHoldTheSameRows) {
 
 TEST(QuantLayout, CudaMmaTilesHoldTheSameRows) {
   for (const char* name : kAllFormats) {
-    if (!has_layout(*quant::parse_format(name), quant::Layout::kCudaMma8)) continue;  // (RowBytes: refused)
     // 2 tiles; spans of 128, 128 and 64 (all 128 for groups of 128)
     const int64_t group = quant::parse_format(name)->group;
     const int64_t k = group == 128 ? 384 : group == 256 ? 512 : 320;
@@ -553,18 +554,23 @@ TEST(QuantLayout, CudaMmaTilesHoldTheSameRows) {
 // read from the row layout by this test's own decoder, and the lane's scale its row's.
 TEST(QuantLayout, CudaMmaLanesFindTheirMmaFragments) {
   for (const char* name : {"int4-g32-f16-min", "int4-g64-bf16-sym", "int4-g128-f32-zp", "int8-g32-f16-sym",
-                           "int8-g64-bf16-zp", "int4-row-f32-min", "int8-g16-f32-sym"}) {
+                           "int8-g64-bf16-zp", "int4-row-f32-min", "int8-g16-f32-sym", "int5-g32-f16-sym",
+                           "int5-g64-bf16-min"}) {
     const int64_t k = quant::parse_format(name)->group == 128 ? 384 : 320;  // a short last span
     Case c = make_case(name, 16, k, 8);
     const Format& f = c.f;
     const int64_t rb = *quant::row_bytes(f, c.k), g = quant::group_elems(f, c.k), G = c.k / g;
     const int sb = quant::scale_bytes(f.scale);
     const int ob = f.offset == quant::Offset::kMin ? sb : f.offset == quant::Offset::kZeroPoint ? 1 : 0;
-    const int64_t W = f.bits == 4 ? 4 : 8;
+    const int64_t W = f.bits == 8 ? 8 : 4;
     auto row_code = [&](int64_t n, int64_t e) {  // row layout: group header, then sub-blocks
       const uint8_t* grp = c.w.data() + n * rb + e / g * quant::group_bytes(f, g) + quant::header_bytes(f);
       const int64_t i = e % g, sub = i / 32, j = i % 32;
       if (f.bits == 8) return static_cast<unsigned>(grp[sub * 32 + j]);
+      if (f.bits == 5) {  // a word of fifth bits, then the nibbles
+        const uint8_t byte = grp[sub * 20 + 4 + j % 16];
+        return static_cast<unsigned>((j < 16 ? byte & 15 : byte >> 4) | ((grp[sub * 20 + j / 8] >> (j % 8)) & 1) << 4);
+      }
       const uint8_t byte = grp[sub * 16 + j % 16];
       return static_cast<unsigned>(j < 16 ? byte & 15 : byte >> 4);
     };
@@ -578,12 +584,17 @@ TEST(QuantLayout, CudaMmaLanesFindTheirMmaFragments) {
           const int64_t n = tile * 8 + lane / 4, k0 = ks * 16 + 2 * (lane % 4);
           const uint8_t* mine = codes + span * 8 * 128 * f.bits / 8 + lane * m * W + j * W;
           unsigned b[4];
-          if (f.bits == 4) {
+          if (f.bits != 8) {
             uint32_t word;
             std::memcpy(&word, mine, 4);
             const uint32_t lo = (word >> (4 * (2 * s))) & 0x000F000Fu;      // {b0, b1}
             const uint32_t hi = (word >> (4 * (2 * s + 1))) & 0x000F000Fu;  // {b2, b3}
             b[0] = lo & 15, b[1] = lo >> 16, b[2] = hi & 15, b[3] = hi >> 16;
+            if (f.bits == 5) {  // nibble p's fifth bit: bit p of the lane's byte j after the span's nibbles
+              const unsigned fifth = codes[span * 8 * 128 * 5 / 8 + m * 128 + lane * m + j];
+              const int p[4] = {int(2 * s), int(2 * s + 4), int(2 * s + 1), int(2 * s + 5)};
+              for (int i = 0; i < 4; ++i) b[i] |= ((fifth >> p[i]) & 1u) << 4;
+            }
           } else {
             for (int i = 0; i < 4; ++i) b[i] = mine[4 * s + i];
           }
@@ -768,17 +779,16 @@ TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
   }
 }
 
-TEST(QuantLinear, FormatsComputeAsTheirCudaExpansion) {
+TEST(QuantLinear, FormatsComputeAsTheirExpansion) {
   // Both contracts, every ISA level and layout: the outputs of a sub-scale or int5 format are
   // those of its expansion (groups of `sub` with f32 scales d * sc_j; int8 codes), bit for bit;
-  // so GGUF k-quant and Q5 plans held natively give what they gave held widened, and what the
-  // plans for GPUs hold.
+  // so GGUF k-quant and Q5 plans held natively give what they gave held widened.
   IsaGuard guard;
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym",
                            "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym", "int5-g32-f16-sym", "int5-g32-f16-min",
                            "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-row-f32-sym"}) {
     Case c = make_case(name, 21, 512, 93);
-    const Format wf = quant::cuda_format(c.f);
+    const Format wf = quant::expanded_format(c.f);
     Case w{wf, c.n, c.k, {}, {}, {}, c.wf, c.bias};
     const int64_t rb = *quant::row_bytes(c.f, c.k), wrb = *quant::row_bytes(wf, c.k);
     w.w.resize(c.n * wrb);

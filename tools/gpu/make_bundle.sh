@@ -62,8 +62,8 @@ compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvbf16.fb" --target "$TARGET" --kv-
 # An fp8 (E4M3) KV cache, the same way: 4 elements in one 4-byte load, the decode attention's
 # own k and v rounded as the cache holds them.
 compile "$TINY" -o "$OUT/plans/tiny_llama_tc_kvfp8.fb" --target "$TARGET" --kv-cache-dtype fp8
-# llama.cpp's Q4_K_M of a tiny Llama (Q4_K as int4-g32-f32-min, Q6_K in groups of 16): prefill
-# through dequant_bf16 and the GEMM library.
+# llama.cpp's Q4_K_M of a tiny Llama (Q4_K as int4-g256s32-f16-min, Q6_K as int8-g256s16-f16-sym:
+# sub-scales): prefill through dequant_bf16 and the GEMM library.
 KQ4KM=$ROOT/tests/fixtures/kquant/tiny_q4_k_m.gguf
 compile "$KQ4KM" -o "$OUT/plans/kq4km_mma_lib.fb" --target "$TARGET" --weight-layout cuda-mma
 # llama.cpp's IQ4_XS of it (nl codes: the grid's values by byte permutes), the same two ways.
@@ -75,6 +75,11 @@ compile "$KQ4KM" -o "$OUT/plans/kq4km_mma.fb" --target "$TARGET" --weight-layout
 compile "$KIQ4XS" -o "$OUT/plans/kiq4xs_mma.fb" --target "$TARGET" --weight-layout cuda-mma
 # ... and its Q3_K_M (Q3_K as int8-g256-f16-zp, with Q4_K, Q5_K and Q6_K tensors).
 compile "$ROOT/tests/fixtures/kquant/tiny_q3_k_m.gguf" -o "$OUT/plans/kq3km_mma.fb" --target "$TARGET" \
+  --weight-layout cuda-mma
+# ... its Q5_0 and Q5_K_M (int5 codes: a span's fifth bits after its nibbles; Q5_K with sub-scales).
+compile "$ROOT/tests/fixtures/kquant/tiny_q5_0.gguf" -o "$OUT/plans/kq50_mma.fb" --target "$TARGET" \
+  --weight-layout cuda-mma
+compile "$ROOT/tests/fixtures/kquant/tiny_q5_k_m.gguf" -o "$OUT/plans/kq5km_mma.fb" --target "$TARGET" \
   --weight-layout cuda-mma
 compile "$TINY" -o "$OUT/plans/tiny_llama_f32.fb" --target "$TARGET"
 compile "$ROOT/tests/fixtures/tiny/llama3_rope" -o "$OUT/plans/tiny_llama3_rope_f32.fb" --target "$TARGET"
@@ -138,6 +143,11 @@ compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --ta
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target "$TARGET" --weight-dtype bf16 \
   --max-model-len 4096
+# GGUF's Q4_K and Q5_K as held (sub-scales; int5 codes), every projection and the lm_head.
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_q4k.fb" --target "$TARGET" \
+  --quantize int4-g256s32-f16-min --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_q5k.fb" --target "$TARGET" \
+  --quantize int5-g256s32-f16-min --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 # The int4 plan's decode GEMV over f32 activations instead of int8 ones (dp4a): the A/B.
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_f32gemv.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \
@@ -201,6 +211,8 @@ CONTRACT=fast case_ref kq4km_mma kq4km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq4km_mma_lib kq4km_mma_lib 2e-2 "$PROMPT80"
 CONTRACT=fast case_ref kiq4xs_mma kiq4xs_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq3km_mma kq3km_mma 1e-2 "$PROMPT24"
+CONTRACT=fast case_ref kq50_mma kq50_mma 1e-2 "$PROMPT24"
+CONTRACT=fast case_ref kq5km_mma kq5km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kiq4xs_mma_lib kiq4xs_mma_lib 2e-2 "$PROMPT80"
 case_ref wide_vocab_f32 wide_vocab_f32 1e-3 "$PROMPT24"
 case_ref tiny_llama_tc tiny_llama_tc 5e-3 "$PROMPT80"

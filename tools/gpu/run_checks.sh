@@ -302,6 +302,19 @@ if stage bench 90; then
   done
 fi
 
+# GGUF's k-quant formats as held (Q4_K: int4-g256s32-f16-min, Q5_K: int5-g256s32-f16-min; sub-scales
+# and int5 codes read by the GEMVs as they are) on the same shapes: batch-1 decode and its bound.
+if stage kquant 60; then
+  for plan in llama3_8b_q4k llama3_8b_q5k; do
+    if limit 60 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 0 --tg 64 --batch 0 -r 2 \
+        --json-out "$RAW/$plan.bench.json" > "$RAW/$plan.bench.txt" 2>&1; then
+      say "$plan:"; fence "$RAW/$plan.bench.txt"; bound "$plan"
+    else
+      say "$plan: bench FAILED"; tail -5 "$RAW/$plan.bench.txt" | tee -a "$MD"; status=1
+    fi
+  done
+fi
+
 if stage hf 80; then
   if python3 -c "import torch, transformers" 2>/dev/null; then
     limit 200 python3 "$B/hf_decode_bench.py" "$B/llama3_8b_config.json" --batch 1,32 --tokens 64 --modes eager \

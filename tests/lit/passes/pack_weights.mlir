@@ -15,7 +15,8 @@
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=tpu' 2>&1 | FileCheck %s --check-prefix=TARGET
 // RUN: not llmc-opt %s -split-input-file --llm-pack-weights='quantize=int5' 2>&1 | FileCheck %s --check-prefix=FORMAT
 // RUN: llmc-opt %s -split-input-file --llm-pack-weights='quantize=int4-g256s32-f16-min' | FileCheck %s --check-prefix=SUBRTN
-// RUN: not llmc-opt %s -split-input-file --llm-pack-weights='target=cuda quantize=int4-g256s32-f16-min' 2>&1 | FileCheck %s --check-prefix=SUBCUDA
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='target=cuda quantize=int4-g256s32-f16-min' | FileCheck %s --check-prefix=SUBRTN
+// RUN: llmc-opt %s -split-input-file --llm-pack-weights='target=cuda quantize=int5-g32-f16-sym' | FileCheck %s --check-prefix=INT5
 
 // Checkpoint formats (source_quant) are kept; float matrices stay f32 without quantize; a norm
 // weight never gets a format. Embedding and logits matrices are candidates like linears.
@@ -75,10 +76,11 @@
 // TARGET: unknown target 'tpu' (supported: cpu, cuda)
 // FORMAT: quantization format 'int5'
 
-// Sub-scales: groups that divide the rows, in steps of the sub-block (rows of 64: g64s32).
+// Sub-scales: groups that divide the rows, in steps of the sub-block (rows of 64: g64s32), for
+// either target; int5 codes too.
 // SUBRTN: llm.weight "wg" {quant = "int4-g64s32-f16-min"}
 // SUBRTN: llm.weight "wd" {quant = "int4-g128s32-f16-min"}
-// SUBCUDA: int4-g256s32-f16-min has sub-scales or int5 codes, which the CUDA kernels do not read; for cuda quantize to a format without them (e.g. int4-g32-f32-min, their expansion)
+// INT5: llm.weight "wg" {quant = "int5-g32-f16-sym"}
 
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
     %batch: !llm.batch, %kv: !llm.kv_cache) -> tensor<?x256xf32> {
@@ -108,15 +110,14 @@ func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
 
 // -----
 
-// GGUF k-quant blocks (Q4_K, Q6_K) held with sub-scales and Q5_0 as int5: kept for the CPU; for
-// cuda their expansion (groups of the sub-block, f32 scales; int8 codes: the same values), which
-// the CUDA kernels read.
+// GGUF k-quant blocks (Q4_K, Q6_K) held with sub-scales and Q5_0 as int5: kept for either target
+// (the CPU and the CUDA kernels read them).
 // CHECK: llm.weight "q4k" {quant = "int4-g256s32-f16-min", source_quant = "int4-g256s32-f16-min"}
 // CHECK: llm.weight "q5" {quant = "int5-g32-f16-sym", source_quant = "int5-g32-f16-sym"}
 // CHECK: llm.weight "q6k" {quant = "int8-g256s16-f16-sym", source_quant = "int8-g256s16-f16-sym"}
-// CUDA: llm.weight "q4k" {quant = "int4-g32-f32-min", source_quant = "int4-g256s32-f16-min"}
-// CUDA: llm.weight "q5" {quant = "int8-g32-f16-zp", source_quant = "int5-g32-f16-sym"}
-// CUDA: llm.weight "q6k" {quant = "int8-g16-f32-sym", source_quant = "int8-g256s16-f16-sym"}
+// CUDA: llm.weight "q4k" {quant = "int4-g256s32-f16-min", source_quant = "int4-g256s32-f16-min"}
+// CUDA: llm.weight "q5" {quant = "int5-g32-f16-sym", source_quant = "int5-g32-f16-sym"}
+// CUDA: llm.weight "q6k" {quant = "int8-g256s16-f16-sym", source_quant = "int8-g256s16-f16-sym"}
 
 func.func @forward(%tokens: tensor<?xi32>, %positions: tensor<?xi32>,
     %batch: !llm.batch, %kv: !llm.kv_cache) -> tensor<?x256xf32> {
