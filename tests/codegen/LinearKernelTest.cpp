@@ -175,7 +175,8 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
                         // a warp's scales past 2 KiB (98 spans over 8 warps, 160 bytes of f32 scales
                         // and zero points a span): staged with each span, not once per item
                         Case{"int8-g32-f32-zp", 8, 12448},
-                        // GGUF's Q6_K (groups of 16: two scales a sub-block), Q4_K and Q5_K as held
+                        // groups of 16 (two scales a sub-block), and the expansions of GGUF's Q6_K,
+                        // Q4_K and Q5_K (f32 scales per sub-block; plans held them until sub-scales)
                         Case{"int8-g16-f32-sym", 20, 96}, Case{"int8-g16-f32-sym", 12, 1056},
                         Case{"int4-g32-f32-min", 16, 512}, Case{"int8-g32-f32-min", 9, 256},
                         // GGUF's IQ4_NL and IQ4_XS (nl codes: grid values by byte permutes), nl in bf16
@@ -405,7 +406,7 @@ TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
                         Case{"int4-g32-f16-zp", 64, 64, 5, true},
                         // scales staged with each span (see QuantizedFormatsInTheMmaLayout)
                         Case{"int8-g32-f32-zp", 8, 12448, 2, false},
-                        // groups of 16 (Q6_K): a sub-block's two k-steps summed apart; Q4_K / Q5_K
+                        // groups of 16: a sub-block's two k-steps summed apart; Q4_K / Q5_K expanded
                         Case{"int8-g16-f32-sym", 20, 96, 6, true}, Case{"int8-g16-f32-sym", 12, 1056, 2, false},
                         Case{"int4-g32-f32-min", 16, 512, 3, false}, Case{"int8-g32-f32-min", 9, 256, 5, true},
                         // nl codes (IQ4_NL, IQ4_XS): signed grid values into dp4a, no offset term
