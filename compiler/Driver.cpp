@@ -73,18 +73,21 @@ llmrt::StatusOr<std::string> expandQuantizeSpec(const std::string &spec) {
   auto bad = [&] {
     return llmrt::invalid_argument(
         "--quantize '" + spec +
-        "': expected int8 | int4[-gN|-row][-sym|-asym] or a format name like int4-g128-f16-min");
+        "': expected int8 | int5 | int4[-gN|-gNsM|-row][-sym|-asym] or a format name like int4-g128-f16-min");
   };
   std::string rest = spec;
   int bits = 0;
   if (rest.rfind("int8", 0) == 0)
     bits = 8;
+  else if (rest.rfind("int5", 0) == 0)
+    bits = 5;
   else if (rest.rfind("int4", 0) == 0)
     bits = 4;
   else
     return bad();
   rest = rest.substr(4);
-  std::string group = bits == 8 ? "g32" : "g128";
+  // int8: Q8_0's format; int5: Q5_1's (-sym: Q5_0's); int4: GPTQ-like groups of 128 with a min.
+  std::string group = bits == 4 ? "g128" : "g32";
   std::string offset = bits == 8 ? "sym" : "min";
   while (!rest.empty()) {
     if (rest[0] != '-')

@@ -144,8 +144,9 @@ int main(int argc, char **argv) {
   compile->add_option("--max-tokens-per-step", copts.maxTokensPerStep, "largest batch (tokens) a step may hold")->check(CLI::Range(1, 1 << 20));
   compile->add_option("--max-seqs-per-step", copts.maxSeqsPerStep, "most sequences a step may hold")->check(CLI::Range(1, 1 << 16));
   compile->add_option("--quantize", copts.quantize,
-                      "round-to-nearest quantization of float weights: int8 | int4[-gN|-row][-sym|-asym] "
-                      "or a format name (int4-g128-f16-min); quantized checkpoint tensors stay as they are");
+                      "round-to-nearest quantization of float weights: int8 | int5 | int4, then [-gN|-gNsM|-row]"
+                      "[-sym|-asym] (int8: g32 sym, int5: g32 asym, int4: g128 asym), or a format name "
+                      "(int4-g128-f16-min); quantized checkpoint tensors stay as they are");
   compile->add_flag("!--no-quantize-embeddings", copts.quantizeEmbeddings,
                     "with --quantize, keep the embedding table and lm_head in f32");
   compile->add_flag("--dequantize", copts.dequantize,

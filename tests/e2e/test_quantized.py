@@ -128,7 +128,7 @@ def test_rtn_quantization_quality(llmc, llmrt, plans, compile_plan, gguf, tmp_pa
     rtn4 = compile_plan(gguf, "smollm2_rtn4", "--dequantize", "--quantize", "int4",
                         "--cpu-kernels", "reference")
     # int5 codes (Q5_0's format), and int4 with sub-scales (Q4_K's): 576-wide rows take g192s32
-    rtn5 = compile_plan(gguf, "smollm2_rtn5", "--dequantize", "--quantize", "int5-g32-f16-sym",
+    rtn5 = compile_plan(gguf, "smollm2_rtn5", "--dequantize", "--quantize", "int5-sym",
                         "--cpu-kernels", "reference")
     rtn4s = compile_plan(gguf, "smollm2_rtn4s", "--dequantize", "--quantize", "int4-g256s32-f16-min",
                          "--cpu-kernels", "reference")
@@ -147,6 +147,8 @@ def test_rtn_quantization_quality(llmc, llmrt, plans, compile_plan, gguf, tmp_pa
     assert np.mean(kl["int8"]) < np.mean(kl["int5"]) < np.mean(kl["int4"])
     info = json.loads(run_cmd([llmc, "inspect", rtn4s, "--json"], "llmc inspect").stdout)
     assert "int4-g192s32-f16-min" in info["tensors"]["bytes_by_dtype"], info["tensors"]["bytes_by_dtype"]
+    info = json.loads(run_cmd([llmc, "inspect", rtn5, "--json"], "llmc inspect").stdout)
+    assert "int5-g32-f16-sym" in info["tensors"]["bytes_by_dtype"], info["tensors"]["bytes_by_dtype"]
 
 
 def test_int8_kv_cache(llmc, llmrt, plans, tmp_path):
