@@ -34,7 +34,7 @@ __device__ __forceinline__ float tableAt(const unsigned char *table, long long i
   const int r = (int)(id & 7), g = j / kGroup;
   const float d = groupScale(base, g, r);
   const int span = j / 128, sub = j % 128 / 32, i = j % 32;
-  const int m = (kD - span * 128) / 32 < 4 ? (kD - span * 128) / 32 : 4;
+  const int m = spanSubBlocks(span);
   const int s = i / 16, w = i % 16;
   const int q = w % 8 / 2, b = (w & 1) + 2 * (w / 8); // lane % 4, fragment element
   const unsigned char *lane =

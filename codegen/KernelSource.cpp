@@ -253,6 +253,10 @@ constexpr int kSubCodes = kSub > 0 ? kSubPerHeader * (kOffset == 2 ? 2 : 1) : 0;
 constexpr int kCodesAt = kSubCodesAt + 8 * kHeaderGroups * kSubCodes;
 constexpr int kW = kBits == 8 ? 8 : 4;    // lane bytes per sub-block (int5: of the low 4 bits)
 constexpr int kSpanBytes = 8 * 128 * kBits / 8;
+// Sub-blocks of span `span` (4 but in a short last span).
+__device__ __forceinline__ int spanSubBlocks(int span) {
+  return (${ROW_K} - span * 128) / 32 < 4 ? (${ROW_K} - span * 128) / 32 : 4;
+}
 // sym int4 / int5: a code's value is d * (code - kSymCode) (int8: the signed byte's d * code).
 constexpr int kSymCode = kBits == 8 ? 0 : kBits == 5 ? 16 : 8;
 
@@ -267,7 +271,7 @@ __device__ __forceinline__ void int5Codes(unsigned w, unsigned hi, unsigned &ca,
 // int5: a span's fifth bits follow its m * 128 bytes of low 4 bits, lane L's m bytes at L * m.
 // The byte of sub-block j of span `span` of lane L = 4 n + q of the tile at base.
 __device__ __forceinline__ unsigned fifthBits(const unsigned char *base, int span, int j, int lane) {
-  const int m = (${ROW_K} - span * 128) / 32 < 4 ? (${ROW_K} - span * 128) / 32 : 4;
+  const int m = spanSubBlocks(span);
   return base[kCodesAt + span * kSpanBytes + m * 128 + lane * m + j];
 }
 // int5: the lane's fifth bits of span `span` as a word (sub-block j's at bits 8 j), from the tile:

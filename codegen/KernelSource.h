@@ -91,9 +91,10 @@ extern const char *const kQuantizeQ8Store;
 llmrt::StatusOr<std::string> addRmsNormEpilogueSource(const RmsNormParams &p, int threads);
 
 /// CUDA source of the quantized tiles' exact dequantization for the including source's kN, kK
-/// and a quantized weightSource's constants: kTiles and dequantSubBlock(base, w, span, j, n, q,
-/// v, at) (lane (n, q)'s 8 values of sub-block j of a span and their k offsets). Used by the
-/// quantized linear kernels and dequant_bf16; defined in LinearKernel.cpp.
+/// and a quantized weightSource's constants: kTiles and dequantSubBlock(base, w, hi, span, j, n,
+/// q, v, at) (lane (n, q)'s 8 values of sub-block j of a span and their k offsets; int5: hi its
+/// byte of fifth bits). Used by the
+/// quantized linear kernels and dequant_bf16; defined in DequantKernel.cpp.
 extern const char *const kQuantDequant;
 
 /// Storage of a weight tensor as a kernel reads it: "f32", "f16", "bf16" (dense, row-major) or

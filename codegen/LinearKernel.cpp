@@ -726,7 +726,7 @@ ${SILU_ENTRY}  // Block b's first item is tile b (of the first token chunk): its
       mmaRows(rows, T, t0, n, xr);
       float acc[kMTiles][4] = {};
       for (int span = 0; span < kSpans; ++span) {
-        const int m = (kK - span * 128) / 32 < 4 ? (kK - span * 128) / 32 : 4;
+        const int m = spanSubBlocks(span);
         // (codes read per sub-block straight from memory: the tiles hold enough registers)
         const unsigned char *mine = base + kCodesAt + span * kSpanBytes + lane * m * kW;
         const unsigned hi = kBits == 5 ? spanFifthBits(base, span, lane) : 0u;
@@ -1182,64 +1182,5 @@ llmrt::StatusOr<KernelSpec> emitLinearKernel(const LinearParams &p) {
     spec.workspaceBytes = 256; // the last block's counter (a word, zero between launches)
   return spec;
 }
-
-// The tiles' exact dequantization, shared by the quantized linear kernels and dequant_bf16
-// (DequantKernel.cpp).
-const char *const detail::kQuantDequant = R"cuda(namespace {
-constexpr int kTiles = (kN + 7) / 8;
-
-// An integer code 0..255 as a float, exactly, without the int-to-float unit (a quarter-rate
-// pipe that would bound the decode GEMV): 2^23 + c has c in its mantissa.
-__device__ __forceinline__ float codeToFloat(unsigned c) {
-  return __uint_as_float(0x4B000000u | c) - 8388608.0f;
-}
-
-// Sub-block j of span `span`, the lane's words `w` of it (registers or memory) and (int5) its byte
-// of fifth bits hi: its 8 weights (row n of the tile) dequantized exactly, v[p] at element k0 +
-// at[p] (k0 = span * 128 + j * 32).
-__device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w, unsigned hi,
-                                                int span, int j, int n, int q, float v[8], int at[8]) {
-  const int k0 = span * 128 + j * 32; // this sub-block's first element
-  const int g = k0 / kGroup;          // sub-blocks never straddle groups (g16: two, one per k-step)
-  const float d = groupScale(base, g, n);
-  const float d1 = kSubGroups == 2 ? groupScale(base, g + 1, n) : d;
-  float lo = 0.0f; // value = d * code + lo
-  if (kOffset == 2)
-    lo = groupMin(base, g, n);
-  else if (kOffset == 1)
-    lo = -d * (float)base[kOffsetsAt + g * 8 + n];
-  else
-    lo = kBits != 8 && kOffset == 0 ? -(float)kSymCode * d : 0.0f;
-  if (kBits != 8) {
-    const unsigned word = w[0];
-    // nl: the grid values of nibbles 0..3 and 4..7 as signed bytes
-    const unsigned grid[2] = {kOffset == 3 ? nlGrid4(word) : 0u, kOffset == 3 ? nlGrid4(word >> 16) : 0u};
-    // Nibble p holds (s, b) = (0,b0) (0,b2) (1,b0) (1,b2) (0,b1) (0,b3)
-    // (1,b1) (1,b3); b sits at k = 16 s + 2 q + {0, 1, 8, 9}[b].
-#pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const int s = (p >> 1) & 1, b = (p & 1) * 2 + (p >> 2);
-      at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-      const float code = kOffset == 3 ? codeToFloat(((grid[p >> 2] >> (8 * (p & 3))) & 255u) ^ 0x80u) - 128.0f
-                                      : codeToFloat(((word >> (4 * p)) & 15u) | ((hi >> p) & 1u) << 4);
-      v[p] = d * code + lo;
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const unsigned word = w[s];
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const unsigned c = (word >> (8 * b)) & 255u;
-        // sym codes are signed bytes (c ^ 0x80 = code + 128); zp and min codes unsigned.
-        const float code = kOffset == 0 ? codeToFloat(c ^ 0x80u) - 128.0f : codeToFloat(c);
-        at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-        v[4 * s + b] = (s ? d1 : d) * code + lo; // (g16 is sym: lo = 0)
-      }
-    }
-  }
-}
-} // namespace
-)cuda";
 
 } // namespace llmc
