@@ -103,7 +103,7 @@ __device__ __forceinline__ float codeToFloat(unsigned c) {
 __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const unsigned *w, unsigned hi,
                                                 int span, int j, int n, int q, float v[8], int at[8]) {
   const int k0 = span * 128 + j * 32; // this sub-block's first element
-  const int g = k0 / kGroup;          // sub-blocks never straddle groups (g16: two, one per k-step)
+  const int g = k0 / kGroup;          // sub-blocks never straddle groups (g16, s16: two, one per k-step)
   const float d = groupScale(base, g, n);
   const float d1 = kSubGroups == 2 ? groupScale(base, g + 1, n) : d;
   float lo = 0.0f; // value = d * code + lo
@@ -113,6 +113,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
     lo = -d * (float)base[kOffsetsAt + g * 8 + n];
   else
     lo = kBits != 8 && kOffset == 0 ? -(float)kSymCode * d : 0.0f;
+  const float lo1 = kSubGroups == 2 && kBits != 8 ? -(float)kSymCode * d1 : lo; // (g16 is sym)
   if (kBits != 8) {
     const unsigned word = w[0];
     // nl: the grid values of nibbles 0..3 and 4..7 as signed bytes
@@ -125,7 +126,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
       at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
       const float code = kOffset == 3 ? codeToFloat(((grid[p >> 2] >> (8 * (p & 3))) & 255u) ^ 0x80u) - 128.0f
                                       : codeToFloat(((word >> (4 * p)) & 15u) | ((hi >> p) & 1u) << 4);
-      v[p] = d * code + lo;
+      v[p] = (s ? d1 : d) * code + (s ? lo1 : lo); // (int4 s16: k-step s's own scale)
     }
   } else {
 #pragma unroll

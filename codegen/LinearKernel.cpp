@@ -367,8 +367,8 @@ struct alignas(8) Pair {
 // activations, which come in 8-byte pairs (the fragment's elements 2 q + 8 c, + 1 for c = 0..3).
 // acc sums in fragment order: int4 nibble p = 0..7 (elements at pair p & 3, x for p < 4 else y),
 // int8 byte b of word s (pair 2 s + b / 2, x or y by b % 2).
-// (int8: k-step s's weights take (ds[s], los[s]); they differ only for groups of 16.) int5: as
-// int4, each nibble's fifth bit in hi (bit p: nibble p's).
+// (k-step s's weights take (ds[s], los[s]); they differ only for groups of 16: int8 g16, int4
+// s16.) int5: as int4, each nibble's fifth bit in hi (bit p: nibble p's).
 template <int NT>
 __device__ __forceinline__ void gemvSubBlock(const unsigned *w, unsigned hi, const float ds[2], const float los[2],
                                              const float *x, const int xrow[NT], int k0, int q, float acc[NT]) {
@@ -401,6 +401,13 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, unsigned hi, con
         v[4 * h + 2 * e] = fmaf(maskedCode<0xFFu>(u), d, lo);
         v[4 * h + 2 * e + 1] = fmaf(maskedCode<0xFF00u>(u), d256, lo);
       }
+    }
+  } else if (kBits == 4 && kSubGroups == 2) { // s16 (sym): nibbles 2 i, 2 i + 1 are k-step i % 2's
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned u = w[0] >> (8 * i);
+      v[2 * i] = fmaf(maskedCode<0xFu>(u), ds[i & 1], los[i & 1]);
+      v[2 * i + 1] = fmaf(maskedCode<0xF0u>(u), ds[i & 1] * 0.0625f, los[i & 1]);
     }
   } else if (kBits == 4) {
     const float d16 = d * 0.0625f;
@@ -485,9 +492,9 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
     else // sym int4: -8 d, int5: -16 d; sym int8 and nl (read as int8 codes + 128): -128 d
       lo = kOffset == 0 && kBits != 8 ? -(float)kSymCode * d : -128.0f * d;
     float ds[2] = {d, d}, los[2] = {lo, lo};
-    if (kSubGroups == 2) { // g16 (int8 sym): k-step 1 has the next group's scale
+    if (kSubGroups == 2) { // g16 (int8 sym), s16 (int4 sym): k-step 1 has the next group's scale
       ds[1] = spanScale(sc, gi + 1, n);
-      los[1] = -128.0f * ds[1];
+      los[1] = -(kBits == 8 ? 128.0f : (float)kSymCode) * ds[1];
     }
     gemvSubBlock<NT>(words + j * (kW / 4), hi >> (8 * j), ds, los, x, xrow, span * 128 + j * 32, q, acc);
   }
@@ -499,10 +506,11 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
 constexpr long long kQ8RowBytes = (long long)((kK + 127) / 128) * 160;
 constexpr int kQ8ScalesAt = (kK + 127) / 128 * 128;
 constexpr int kQ8SumsAt = kQ8ScalesAt + (kK + 127) / 128 * 16;
-// Sym int8 codes and nl codes' grid values are signed bytes; int4 nibbles and zero-point / min
-// bytes unsigned, their offset (value = d * code + lo) applied once per sub-block as lo * s
-// (s = d_x * sum of codes).
-constexpr bool kSignedCodes = (kBits == 8 && kOffset == 0) || kOffset == 3;
+// Sym int8 codes, nl codes' grid values and int4 s16 codes (16 (q - 8): the activations' sums are
+// per 32, the scales per 16) are signed bytes; other int4 nibbles and zero-point / min bytes
+// unsigned, their offset (value = d * code + lo) applied once per sub-block as lo * s (s = d_x *
+// sum of codes).
+constexpr bool kSignedCodes = (kBits == 8 && kOffset == 0) || kOffset == 3 || (kBits == 4 && kSubGroups == 2);
 
 // c + the 4 byte products of weight codes a and activation codes b (dp4a: one instruction).
 __device__ __forceinline__ int dot4(unsigned a, unsigned b, int c) {
@@ -543,6 +551,12 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
       const unsigned g0 = nlGrid4(words[j]), g1 = nlGrid4(words[j] >> 16);
       ca[j] = __byte_perm(g0, g1, 0x6420u);
       cb[j] = __byte_perm(g0, g1, 0x7531u);
+    } else if (kBits == 4 && kSubGroups == 2) {
+      // s16 (sym): q ^ 8 is q - 8 in 4-bit two's complement; in the high nibble of a byte it reads
+      // as the signed byte 16 (q - 8), whose scale is d / 16 below (exact: a power of two)
+      const unsigned t = words[j] ^ 0x88888888u;
+      ca[j] = (t << 4) & 0xF0F0F0F0u;
+      cb[j] = t & 0xF0F0F0F0u;
     } else if (kBits == 4) {
       ca[j] = words[j] & 0x0F0F0F0Fu;
       cb[j] = (words[j] >> 4) & 0x0F0F0F0Fu;
@@ -554,6 +568,10 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
     }
     d[j] = spanScale(sc, kGroupPerSpan ? 0 : j * kSubGroups, n);
     d1[j] = kSubGroups == 2 ? spanScale(sc, j * 2 + 1, n) : d[j];
+    if (kBits == 4 && kSubGroups == 2) { // (the codes read 16 times their value)
+      d[j] *= 0.0625f;
+      d1[j] *= 0.0625f;
+    }
   }
   float lo = 0.0f; // sub-block q's offset
   const bool offset = !kSignedCodes && q < M;
@@ -577,7 +595,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
 #pragma unroll
     for (int j = 0; j < M; ++j) {
       const Vec16 &xv = j < 2 ? x0 : x1;
-      if (kSubGroups == 2) { // g16 (int8 sym): bytes 0, 2 of ca / cb are k-step 0's, 1, 3 k-step 1's
+      if (kSubGroups == 2) { // g16 / s16 (sym): bytes 0, 2 of ca / cb are k-step 0's, 1, 3 k-step 1's
         int p0 = dot4(ca[j] & 0x00FF00FFu, xv.u[2 * (j & 1)], 0);
         p0 = dot4(cb[j] & 0x00FF00FFu, xv.u[2 * (j & 1) + 1], p0);
         int p1 = dot4(ca[j] & 0xFF00FF00u, xv.u[2 * (j & 1)], 0);

@@ -184,7 +184,7 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q4_K: return fmt(4, 256, ScaleType::kF16, Offset::kMin, 32);
   case SourceDType::Q5_K: return fmt(5, 256, ScaleType::kF16, Offset::kMin, 32);
   case SourceDType::Q6_K: return fmt(8, 256, ScaleType::kF16, Offset::kSym, 16);
-  case SourceDType::Q3_K: return fmt(8, 256, ScaleType::kF16, Offset::kZeroPoint);
+  case SourceDType::Q3_K: return fmt(4, 256, ScaleType::kF16, Offset::kSym, 16);
   case SourceDType::IQ4_NL: return fmt(4, 32, ScaleType::kF16, Offset::kNl);
   case SourceDType::IQ4_XS: return fmt(4, 256, ScaleType::kF16, Offset::kNl, 32);
   default: return std::nullopt;
@@ -310,23 +310,23 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
     case SourceDType::Q3_K: {
       // { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }: element e = 128 h + 32 j + l has
       // the 2 bits (qs[32 h + l] >> 2 j) & 3, minus 4 unless bit 4 h + j of hmask[l] is set
-      // (c in -4..3), and sub-block e / 16's scale d * (sc - 32). (sc - 32) * c lies in
-      // -124..128: one group of 256 with the scale d and the code (sc - 32) * c + 127 over the
-      // zero point 127, d * ((sc - 32) * c) the same number as (d * (sc - 32)) * c.
+      // (c in -4..3), and sub-block e / 16's scale d * (sc - 32): a group of 256 with the scale
+      // d, the sub-scale codes sc - 32 and int4 sym codes c + 8, nibbles as Q4_0's (so the
+      // sub-blocks of 16 are the low and high nibbles of each 16 bytes).
       const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
       std::memcpy(out, blk + 108, 2); // d
-      out[2] = 127;
-      out += 3;
-      for (int s = 0; s < 16; ++s) {
-        const int sc = q3Scale(s, scales) - 32;
-        for (int e = 16 * s; e < 16 * s + 16; ++e) {
-          const int h = e / 128, j = e % 128 / 32, l = e % 32;
-          const int q = (qs[32 * h + l] >> (2 * j)) & 3;
-          const bool high = (hmask[l] >> (4 * h + j)) & 1;
-          out[e] = static_cast<uint8_t>(sc * (q - (high ? 0 : 4)) + 127);
-        }
-      }
-      out += 256;
+      for (int s = 0; s < 16; ++s)
+        out[2 + s] = static_cast<uint8_t>(static_cast<int8_t>(q3Scale(s, scales) - 32));
+      out += 18;
+      auto code = [&](int e) {
+        const int h = e / 128, j = e % 128 / 32, l = e % 32;
+        const int q = (qs[32 * h + l] >> (2 * j)) & 3;
+        const bool high = (hmask[l] >> (4 * h + j)) & 1;
+        return q - (high ? 0 : 4) + 8;
+      };
+      for (int m = 0; m < 8; ++m, out += 16)
+        for (int i = 0; i < 16; ++i)
+          out[i] = static_cast<uint8_t>(code(32 * m + i) | code(32 * m + 16 + i) << 4);
       break;
     }
     case SourceDType::IQ4_XS: {

@@ -27,9 +27,9 @@
 //                                      -> int8-g256s16-f16-sym  274 bytes / 256
 //   Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; } 110 bytes / 256:
 //         16 sub-blocks of 16, y = (d * (sc - 32)) * q, q = 2 bits of qs minus
-//         4 where hmask's bit is clear (-4..3), sc 6-bit; (sc - 32) * q is in
-//         -124..128, so one group of 256: y = d * (c - 127), c = (sc - 32) q + 127
-//                                      -> int8-g256-f16-zp  259 bytes / 256
+//         4 where hmask's bit is clear (-4..3), sc 6-bit
+//                                      -> int4-g256s16-f16-sym  146 bytes / 256
+//         (sub-scale codes sc - 32, codes q + 8)
 //   IQ4_NL: { f16 d; u8 qs[16]; } 18 bytes / 32, y = d * grid[q], grid
 //         ggml's 16 non-linear int8 values (quant::kNlGrid), nibbles as
 //         Q4_0                         -> int4-g32-f16-nl, bit for bit
@@ -40,9 +40,7 @@
 // IQ2 / IQ3 types have no exact held format and are refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
 // is the one ggml's dequantization computes (and the sub-scale formats' values
-// are those of their f32-scale expansion, quant::expand_row; plans for GPUs
-// hold int5 codes expanded so) (Q3_K's zeros aside: they take
-// d's sign, ggml's that of d * (sc - 32)).
+// are those of their f32-scale expansion, quant::expand_row).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -140,17 +140,20 @@ class QuantScratch {
   float* dx = nullptr;      // [rows, k / 32] block scales
   float* sx = nullptr;      // [rows, k / 32] d * sum(q)
   int32_t* ix = nullptr;    // [rows, k / 32] sum(q)
+  int32_t* ih = nullptr;    // [rows, k / 16] sum(q) per half block (the tiles of 16-element scales)
   float* deq = nullptr;     // per thread: kDeqRows rows of k floats (reference contract)
   uint8_t* rowbuf = nullptr;  // per thread: one row of any format in the row layout
   int64_t rowbuf_stride = 0;
   static constexpr int64_t kDeqRows = 16;
   int64_t rows_cap = 0, k_cap = 0;
   int threads_cap = 0;
+  /// Bytes held.
+  size_t bytes() const;
 
  private:
   std::vector<int8_t> qx_;
   std::vector<float> dx_, sx_, deq_;
-  std::vector<int32_t> ix_;
+  std::vector<int32_t> ix_, ih_;
   std::vector<uint8_t> rowbuf_;
 };
 

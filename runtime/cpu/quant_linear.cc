@@ -41,6 +41,7 @@ void QuantScratch::ensure(int64_t rows, int64_t k_max, int threads) {
   dx_.assign(static_cast<size_t>(rows_cap * (k_cap / quant::kSubBlock + 1)), 0.0f);
   sx_.assign(dx_.size(), 0.0f);
   ix_.assign(dx_.size(), 0);
+  ih_.assign(static_cast<size_t>(rows_cap * (k_cap / quant::kHalfGroup + 1)), 0);
   deq_.assign(static_cast<size_t>(threads_cap * kDeqRows * k_cap), 0.0f);
   // A row is at most 1.25 bytes per element (int8 codes, f32 scale and min per 32) plus slack.
   rowbuf_stride = (2 * k_cap + 64 + 63) / 64 * 64;
@@ -49,8 +50,14 @@ void QuantScratch::ensure(int64_t rows, int64_t k_max, int threads) {
   dx = dx_.data();
   sx = sx_.data();
   ix = ix_.data();
+  ih = ih_.data();
   deq = deq_.data();
   rowbuf = rowbuf_.data();
+}
+
+size_t QuantScratch::bytes() const {
+  return qx_.size() + (dx_.size() + sx_.size() + deq_.size()) * sizeof(float) +
+         (ix_.size() + ih_.size()) * sizeof(int32_t) + rowbuf_.size();
 }
 
 namespace {
@@ -151,12 +158,13 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
           if (f.bits == 8) {
             const uint8_t byte = v.code_byte(grp, off + i);
             c = f.offset == Offset::kSym ? static_cast<int8_t>(byte) : byte - z;
-          } else {  // sub-block off / 32: element i in byte i % 16, the high nibble from 16
+          } else {  // sub-block off / 32: its element e in byte e % 16, the high nibble from 16
             const int64_t at = off / quant::kSubBlock * (quant::kSubBlock * f.bits / 8);
             const int64_t nib = at + (f.bits == 5 ? 4 : 0);  // int5: the fifth bits first
-            const uint8_t byte = v.code_byte(grp, nib + i % 16);
-            c = i < 16 ? byte & 0x0F : byte >> 4;
-            if (f.bits == 5) c |= (v.code_byte(grp, at + i / 8) >> (i % 8) & 1) << 4;
+            const int64_t e = off % quant::kSubBlock + i;     // (int4 s16: a half starts at 16)
+            const uint8_t byte = v.code_byte(grp, nib + e % 16);
+            c = e < 16 ? byte & 0x0F : byte >> 4;
+            if (f.bits == 5) c |= (v.code_byte(grp, at + e / 8) >> (e % 8) & 1) << 4;
             c = f.offset == Offset::kNl ? quant::kNlGrid[c] : c - z;
           }
           p += c * xq[i];
@@ -299,8 +307,21 @@ TilesFn tiles16_for() {
   else return avx2::fast_tiles16<S, TB, ISA == 1>;
 }
 
+template <int ISA, quant::ScaleType S, int TB>
+TilesFn tiles4h_for() {
+  if constexpr (ISA == 2) return avx512::fast_tiles4h_x2<S, TB>;
+  else return avx2::fast_tiles4h<S, TB, ISA == 1>;
+}
+
 template <int ISA, int TB>
 TilesFn pick_bits(const Format& f) {
+  if (quant::scale_elems(f, f.group) == quant::kHalfGroup && f.bits == 4) {  // sym, sub-scales (f16 / bf16)
+    switch (f.scale) {
+      case quant::ScaleType::kF16: return tiles4h_for<ISA, quant::ScaleType::kF16, TB>();
+      case quant::ScaleType::kBF16: return tiles4h_for<ISA, quant::ScaleType::kBF16, TB>();
+      case quant::ScaleType::kF32: return nullptr;  // (parse_format refuses f32 with sub-scales)
+    }
+  }
   if (quant::scale_elems(f, f.group) == quant::kHalfGroup) {  // int8 sym (parse_format allows no other)
     switch (f.scale) {
       case quant::ScaleType::kF16: return tiles16_for<ISA, quant::ScaleType::kF16, TB>();
@@ -362,6 +383,20 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
   if (avx2_active() && w.layout == quant::Layout::kInterleaved8) {
     TilesFn tiles8 = pick_tiles8(w.format), tiles4 = pick_tiles<4>(w.format), tiles1 = pick_tiles<1>(w.format);
     constexpr int64_t R = quant::kTileRows;
+    // Scales of 16 elements: the tiles take the activations' sums per half block instead of per
+    // block (fast_tiles16).
+    const bool halves = quant::scale_elems(w.format, w.format.group) == quant::kHalfGroup;
+    const int64_t nh = k / quant::kHalfGroup;
+    if (halves)
+      pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t)
+          for (int64_t h = 0; h < nh; ++h) {
+            const int8_t* q = sc.qx + t * k + h * quant::kHalfGroup;
+            int32_t sum = 0;
+            for (int i = 0; i < quant::kHalfGroup; ++i) sum += q[i];
+            sc.ih[t * nh + h] = sum;
+          }
+      });
     // split_linear_work hands out column ranges in units of 16: whole tiles.
     split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int) {
       const int64_t tile0 = n0 / R, tile1 = (n1 + R - 1) / R;
@@ -374,7 +409,7 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
           qx[i] = sc.qx + (t + i) * k;
           dx[i] = sc.dx + (t + i) * nb;
           sx[i] = sc.sx + (t + i) * nb;
-          ix[i] = sc.ix + (t + i) * nb;
+          ix[i] = halves ? sc.ih + (t + i) * nh : sc.ix + (t + i) * nb;
         }
         fn(w, tile0, tile1, qx, dx, sx, ix, bias, y + t * n, n);
       };

@@ -79,13 +79,7 @@ CpuExecutor::~CpuExecutor() = default;
 int CpuExecutor::num_threads() const { return pool_->num_threads(); }
 
 size_t CpuExecutor::workspace_bytes() const {
-  size_t quant = 0;
-  if (quant_scratch_) {
-    const cpu::QuantScratch& q = *quant_scratch_;
-    const size_t blocks = static_cast<size_t>(q.rows_cap) * (q.k_cap / quant::kSubBlock + 1);
-    quant = static_cast<size_t>(q.rows_cap * q.k_cap) + 2 * blocks * sizeof(float) +
-            static_cast<size_t>(q.threads_cap) * cpu::QuantScratch::kDeqRows * q.k_cap * sizeof(float);
-  }
+  const size_t quant = quant_scratch_ ? quant_scratch_->bytes() : 0;
   return arena_bytes_ + attn_scratch_.size() * sizeof(float) +
          seq_of_row_.size() * sizeof(int32_t) + quant;
 }

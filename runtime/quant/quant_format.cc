@@ -88,6 +88,7 @@ void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, flo
 Format expanded_format(const Format& f) {
   Format w = f;
   if (f.sub != 0) w = Format{f.bits, f.sub, ScaleType::kF32, f.offset, 0};
+  if (f.bits == 4 && f.sub == kHalfGroup) w.bits = 8;  // groups of 16 are int8's: codes q - 8
   if (f.bits == 5) {
     w.bits = 8;
     if (w.offset == Offset::kSym) w.offset = Offset::kZeroPoint;  // d (q - 16)
@@ -151,6 +152,9 @@ void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
       const uint8_t* q = row + hb + j * pe * f.bits / 8;
       if (f.bits == w.bits) {
         std::memcpy(out, q, static_cast<size_t>(pe * f.bits / 8));
+      } else if (f.bits == 4) {  // int4 sym halves (s16) as int8 sym: the low or high nibbles
+        const uint8_t* sub = row + hb + j / 2 * (kSubBlock / 2);
+        for (int64_t i = 0; i < pe; ++i) out[i] = static_cast<uint8_t>(((j % 2 ? sub[i] >> 4 : sub[i] & 15) - 8));
       } else {  // int5 codes as int8 bytes
         for (int64_t s = 0; s < pe; s += kSubBlock) int5_codes(q + s / kSubBlock * 20, codes.data() + s);
         put_codes(8, codes.data(), pe, out);
@@ -496,7 +500,7 @@ StatusOr<Format> parse_format(std::string_view name) {
     sub = group.substr(s + 1);
     group = group.substr(0, s);
     if (!parse_int(sub, &f.sub) || (f.sub != kSubBlock && f.sub != kHalfGroup))
-      return bad("sub-scales 's" + std::string(sub) + "' (s32, or s16 for int8 sym)");
+      return bad("sub-scales 's" + std::string(sub) + "' (s32, or s16 for int4 / int8 sym)");
   }
   if (group == "row") {
     f.group = 0;
@@ -519,8 +523,8 @@ StatusOr<Format> parse_format(std::string_view name) {
   if (f.sub != 0) {
     if (f.group == 0 || f.group <= f.sub || f.group % f.sub != 0)
       return bad("sub-scales need a group that is a multiple of the sub-block, and larger");
-    if (f.sub == kHalfGroup && (f.bits != 8 || f.offset != Offset::kSym))
-      return bad("sub-blocks of 16 are int8 sym only");
+    if (f.sub == kHalfGroup && (f.bits == 5 || f.offset != Offset::kSym))
+      return bad("sub-blocks of 16 are int4 or int8 sym only");
     if (f.offset == Offset::kZeroPoint) return bad("zero points take no sub-scales");
     if (f.scale == ScaleType::kF32)
       return bad("sub-scales need an f16 or bf16 scale (so scale * code is exact in f32)");
@@ -573,6 +577,11 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
       continue;
     }
     if (f.offset == Offset::kSym) z = 8;
+    if (pe == kHalfGroup) {  // int4 s16 (sym): scale pi holds the low (even pi) or high nibbles
+      const uint8_t* sub = row + hb + pi / 2 * (kSubBlock / 2);
+      for (int i = 0; i < 16; ++i) y[i] = d * static_cast<float>((pi % 2 ? sub[i] >> 4 : sub[i] & 0x0F) - z);
+      continue;
+    }
     for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += kSubBlock / 2) {
       for (int i = 0; i < 16; ++i) {
         const int lo = q[i] & 0x0F, hi = q[i] >> 4;
@@ -689,6 +698,17 @@ void write_codes(const Format& f, const float* v, int64_t n, float d, float m, u
   }
 }
 
+// int4 sym codes of the 16 elements at v for the scale d into the low (high = 0) or high nibbles
+// of the 16 bytes at q (a sub-block's two halves of 16: s16), as write_codes rounds them.
+void write_half_codes(const float* v, float d, int high, uint8_t* q) {
+  const float id = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    const float t = std::min(std::max(v[i] * id, -8.0f), 7.0f);
+    const int c = static_cast<int>((t + 12582912.0f) - 12582912.0f) + 8;
+    q[i] = static_cast<uint8_t>(high ? (q[i] & 0x0F) | c << 4 : (q[i] & 0xF0) | c);
+  }
+}
+
 // A group's (or sub-block's) scale and min in f32, before any rounding to the scale type: sym
 // amax / qmax; nl the value of largest magnitude (its sign kept: the grid is not symmetric) over
 // the grid's -127; min (and zp) the range including 0 (so 0 stays representable: exact for zero
@@ -737,6 +757,10 @@ void quantize_row_sub(const Format& f, const float* x, int64_t k, uint8_t* out) 
         out[bhb + nsub + j] = static_cast<uint8_t>(static_cast<int8_t>(mc));
       }
       sub_block_scale(f, out, j, &dj, &mj);
+      if (f.bits == 4 && pe == kHalfGroup) {  // (sym) a half of a sub-block: its nibbles
+        write_half_codes(x + base + j * pe, dj, j % 2, out + hb + j / 2 * (kSubBlock / 2));
+        continue;
+      }
       uint8_t* q = out + hb + j * pe * f.bits / 8;
       if (f.offset == Offset::kNl) write_nl_codes(x + base + j * pe, pe, dj, q);
       else write_codes(f, x + base + j * pe, pe, dj, mj, q);

@@ -30,7 +30,7 @@ FIX = FIXTURES / "kquant"
 FILES = ["tiny_q4_k_m.gguf", "tiny_q5_k_m.gguf", "tiny_q5_0.gguf", "tiny_q5_1.gguf", "tiny_q3_k_m.gguf",
          "tiny_iq4_nl.gguf", "tiny_iq4_xs.gguf"]
 HELD = {"Q4_K": "int4-g256s32-f16-min", "Q5_K": "int5-g256s32-f16-min", "Q6_K": "int8-g256s16-f16-sym",
-        "Q5_0": "int5-g32-f16-sym", "Q5_1": "int5-g32-f16-min", "Q3_K": "int8-g256-f16-zp",
+        "Q5_0": "int5-g32-f16-sym", "Q5_1": "int5-g32-f16-min", "Q3_K": "int4-g256s16-f16-sym",
         "IQ4_NL": "int4-g32-f16-nl", "IQ4_XS": "int4-g256s32-f16-nl"}
 REF_TOL = 1e-4
 FAST_KL = 6e-3

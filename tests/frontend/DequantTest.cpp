@@ -153,8 +153,8 @@ std::string fnv1a64(const float *v, int64_t n) {
 
 // Files llama.cpp quantized (tests/reference/make_kquant_fixtures.py): every tensor dequantized
 // here is what the `gguf` package's numpy dequantization gives, value for value (a hash of its
-// f32 bytes; Q3_K's with zeros' signs aside), so the formats that hold these blocks (heldFormat)
-// hold ggml's values exactly.
+// f32 bytes, zeros' signs included), so the formats that hold these blocks (heldFormat) hold
+// ggml's values exactly.
 TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
   const std::string dir = LLMC_KQUANT_FIXTURES;
   std::ifstream in(dir + "/reference.json");
@@ -176,18 +176,7 @@ TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
       typesSeen.insert(sourceDTypeName(*dtype));
       std::vector<float> out(static_cast<size_t>(t.numElements));
       ASSERT_TRUE(dequantize(*dtype, (*gguf)->tensorData(t), t.numBytes, t.numElements, out.data()).ok());
-      if (*dtype == SourceDType::Q3_K) {
-        // Held as d * ((sc - 32) * q): the same values, but a zero takes d's sign where ggml's
-        // (d * (sc - 32)) * q takes that product's; so compared with every zero made +0.
-        std::vector<float> pz(out);
-        for (float &v : pz)
-          v += 0.0f;
-        EXPECT_EQ(fnv1a64(pz.data(), t.numElements), want["fnv1a64_pz"].get<std::string>());
-        EXPECT_NE(fnv1a64(out.data(), t.numElements), want["fnv1a64"].get<std::string>())
-            << "Q3_K's zeros now have ggml's signs: compare them bit for bit again";
-      } else {
-        EXPECT_EQ(fnv1a64(out.data(), t.numElements), want["fnv1a64"].get<std::string>());
-      }
+      EXPECT_EQ(fnv1a64(out.data(), t.numElements), want["fnv1a64"].get<std::string>());
       // Held rows: the repacked blocks' bytes are a row of their format, read back the same.
       if (auto f = heldFormat(*dtype); f && t.dims.size() == 2) {
         const int64_t k = t.dims[0], rowBytes = *llmrt::quant::row_bytes(*f, k);
@@ -221,7 +210,7 @@ TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
       {SourceDType::Q4_1, "int4-g32-f16-min"}, {SourceDType::Q5_0, "int5-g32-f16-sym"},
       {SourceDType::Q5_1, "int5-g32-f16-min"}, {SourceDType::Q4_K, "int4-g256s32-f16-min"},
       {SourceDType::Q5_K, "int5-g256s32-f16-min"}, {SourceDType::Q6_K, "int8-g256s16-f16-sym"},
-      {SourceDType::Q3_K, "int8-g256-f16-zp"}, {SourceDType::IQ4_NL, "int4-g32-f16-nl"},
+      {SourceDType::Q3_K, "int4-g256s16-f16-sym"}, {SourceDType::IQ4_NL, "int4-g32-f16-nl"},
       {SourceDType::IQ4_XS, "int4-g256s32-f16-nl"}};
   // Bytes per 256 elements held: Q4_K 148 (file 144), Q5_K 180 (176), Q6_K 274 (210), IQ4_XS 138
   // (136): the sub-scale formats; Q5_0 and Q5_1 are the file's (int5).

@@ -48,6 +48,8 @@ const char* kAllFormats[] = {
     // sub-scales: GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS as the compiler holds them, and others
     "int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
     "int4-g64s32-bf16-sym", "int8-g64s16-bf16-sym", "int8-g64s32-f16-sym",
+    // int4 sub-blocks of 16: GGUF's Q3_K as held, and another
+    "int4-g256s16-f16-sym", "int4-g64s16-bf16-sym",
     // int5: GGUF's Q5_0, Q5_1 (bit for bit) and Q5_K as held, and others
     "int5-g32-f16-sym", "int5-g32-f16-min", "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-g128-f32-min",
     "int5-row-f32-sym"};
@@ -71,9 +73,10 @@ TEST(QuantFormat, BadNamesSayWhy) {
                           "int4-g-f16-sym", "int4-g0-f16-sym", "int4-g16-f16-sym", "int8-g16-f16-zp",
                           "int8-g16-f32-min", "int8-g8-f16-sym", "int8-g48-f16-sym", "int8-g32-f16-nl",
                           "int4-g16-f32-nl", "int4-g32-f16-grid",
-                          // sub-scales: s32 or s16 (int8 sym) only, inside a larger group, no zero
-                          // points, f16/bf16 scales; row groups take none
-                          "int4-g256s16-f16-min", "int4-g256s64-f16-min", "int8-g32s32-f16-sym",
+                          // sub-scales: s32 or s16 (int4 / int8 sym) only, inside a larger group, no
+                          // zero points, f16/bf16 scales; row groups take none
+                          "int4-g256s16-f16-min", "int4-g256s16-f16-nl", "int5-g256s16-f16-sym",
+                          "int4-g256s16-f32-sym", "int4-g256s64-f16-min", "int8-g32s32-f16-sym",
                           "int8-g48s16-f16-sym", "int4-g256s32-f16-zp", "int4-g256s32-f32-min",
                           "int4-rows32-f16-min", "int4-g256s-f16-min", "int4-g256s32x-f16-min",
                           // int5: no nl codes, no groups of 16
@@ -662,11 +665,12 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
 
 TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
   // GGUF Q8_0 may hold -128 (RTN never writes it) and zp/min int8 codes span 0..255: the SIMD
-  // sign trick must still give the exact products (and nl codes' grid ends, -127 and 113).
+  // sign trick must still give the exact products (and nl codes' grid ends, -127 and 113); the
+  // scales of 16 (Q6_K-like) read -128 and 127 as 0 and 255 unsigned.
   IsaGuard guard;
   if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
   for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min", "int4-g32-f16-nl",
-                           "int5-g32-f16-min", "int5-g32-f16-sym"}) {
+                           "int5-g32-f16-min", "int5-g32-f16-sym", "int8-g64s16-f16-sym", "int4-g64s16-f16-sym"}) {
     Case c = make_case(name, 9, 64, 77);
     const int64_t rb = *quant::row_bytes(c.f, c.k), hb = quant::header_bytes(c.f);
     for (int64_t r = 0; r < c.n; ++r)  // (int5: the fifth bits and nibbles all set or alternating: 31, 16, 15)
@@ -785,7 +789,8 @@ TEST(QuantLinear, FormatsComputeAsTheirExpansion) {
   // so GGUF k-quant and Q5 plans held natively give what they gave held widened.
   IsaGuard guard;
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym",
-                           "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym", "int5-g32-f16-sym", "int5-g32-f16-min",
+                           "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym", "int4-g256s16-f16-sym",
+                           "int4-g64s16-bf16-sym", "int5-g32-f16-sym", "int5-g32-f16-min",
                            "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-row-f32-sym"}) {
     Case c = make_case(name, 21, 512, 93);
     const Format wf = quant::expanded_format(c.f);

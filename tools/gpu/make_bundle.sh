@@ -73,7 +73,7 @@ compile() { "$LLMC" compile -q --no-tensor-cores "$@"; }
 # ... and on the int8-activation GEMVs at every row count.
 compile "$KQ4KM" -o "$OUT/plans/kq4km_mma.fb" --target "$TARGET" --weight-layout cuda-mma
 compile "$KIQ4XS" -o "$OUT/plans/kiq4xs_mma.fb" --target "$TARGET" --weight-layout cuda-mma
-# ... and its Q3_K_M (Q3_K as int8-g256-f16-zp, with Q4_K, Q5_K and Q6_K tensors).
+# ... and its Q3_K_M (Q3_K as int4-g256s16-f16-sym: a scale per k-step; with Q4_K, Q5_K and Q6_K).
 compile "$ROOT/tests/fixtures/kquant/tiny_q3_k_m.gguf" -o "$OUT/plans/kq3km_mma.fb" --target "$TARGET" \
   --weight-layout cuda-mma
 # ... its Q5_0 and Q5_K_M (int5 codes: a span's fifth bits after its nibbles; Q5_K with sub-scales).
