@@ -10,10 +10,9 @@ Q6_K for the output and some attn_v / ffn_down, Q3_K_M adds Q4_K and Q5_K, and s
 For every quantized file, tests/fixtures/kquant/ gets:
   <name>.gguf                   the file llama.cpp wrote (committed: tens of KB to half a MB)
   reference.json ["files"][name]:
-    "tensors": {gguf name: {"type", "fnv1a64", "fnv1a64_pz"}}: each tensor dequantized by the
-        gguf package (gguf.quants.dequantize, numpy) to f32, in GGUF order, hashed (FNV-1a 64 over
-        its little-endian bytes): our import must give these values bit for bit; _pz: the same
-        with every -0 made +0 (the same values, zeros' signs aside).
+    "tensors": {gguf name: {"type", "fnv1a64"}}: each tensor dequantized by the gguf package
+        (gguf.quants.dequantize, numpy) to f32, in GGUF order, hashed (FNV-1a 64 over its
+        little-endian bytes): our import must give these values bit for bit.
     "f32_logits" <name>.f32.npy: llama.cpp's logits at every position of each sequence, run on
         an F32 copy of the file (every tensor dequantized as above): the exact model our
         reference contract computes (llama.cpp then multiplies in f32 too).
@@ -144,10 +143,7 @@ def dequantized_copy(src: str, dst: str) -> dict:
         f32 = np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         shape = tuple(int(d) for d in reversed(t.shape))  # GGUF dims are innermost first
         f32 = f32.reshape(shape)
-        # ... and with every zero made +0 (Q3_K is held as d * ((sc - 32) * q), whose zeros
-        # take d's sign where ggml's (d * (sc - 32)) * q takes that product's)
-        table[t.name] = {"type": t.tensor_type.name, "fnv1a64": fnv1a64(f32.astype("<f4").tobytes()),
-                         "fnv1a64_pz": fnv1a64((f32 + np.float32(0.0)).astype("<f4").tobytes())}
+        table[t.name] = {"type": t.tensor_type.name, "fnv1a64": fnv1a64(f32.astype("<f4").tobytes())}
         writer.add_tensor(t.name, f32)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
