@@ -54,9 +54,9 @@ def test_every_llmrt_command_takes_its_flags_and_finishes(rehearsal):
     proc, results, _ = rehearsal
     for bad in ("FAILED", "exited non-zero", "Traceback", "not expected", "unknown option", "Error:"):
         assert bad not in results, "\n".join(line for line in results.splitlines() if bad in line)
-    # bench and bench_case: a table per call (2 in bench, 2 kquant, 9 gemv, 4 graphs, 4 sampling,
+    # bench and bench_case: a table per call (2 in bench, 3 kquant, 9 gemv, 4 graphs, 4 sampling,
     # 2 profile, 5 prefill, 1 depth)
-    assert results.count("peak RSS:") == 29, results
+    assert results.count("peak RSS:") == 30, results
 
 
 def test_every_differential_case_reaches_its_comparison(rehearsal):

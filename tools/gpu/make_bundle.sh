@@ -143,11 +143,14 @@ compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128.fb" --ta
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_bf16.fb" --target "$TARGET" --weight-dtype bf16 \
   --max-model-len 4096
-# GGUF's Q4_K and Q5_K as held (sub-scales; int5 codes), every projection and the lm_head.
+# GGUF's Q4_K, Q5_K and Q3_K as held (sub-scales; int5 codes; int4 sub-scales of 16), every
+# projection and the lm_head.
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_q4k.fb" --target "$TARGET" \
   --quantize int4-g256s32-f16-min --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_q5k.fb" --target "$TARGET" \
   --quantize int5-g256s32-f16-min --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
+compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_q3k.fb" --target "$TARGET" \
+  --quantize int4-g256s16-f16-sym --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096
 # The int4 plan's decode GEMV over f32 activations instead of int8 ones (dp4a): the A/B.
 compile --synthetic-weights 1 "$CFG" -o "$OUT/plans/llama3_8b_int4_g128_f32gemv.fb" --target "$TARGET" \
   --quantize int4-g128 --no-quantize-embeddings --weight-dtype bf16 --weight-layout cuda-mma --max-model-len 4096 \

@@ -302,10 +302,11 @@ if stage bench 90; then
   done
 fi
 
-# GGUF's k-quant formats as held (Q4_K: int4-g256s32-f16-min, Q5_K: int5-g256s32-f16-min; sub-scales
-# and int5 codes read by the GEMVs as they are) on the same shapes: batch-1 decode and its bound.
-if stage kquant 60; then
-  for plan in llama3_8b_q4k llama3_8b_q5k; do
+# GGUF's k-quant formats as held (Q4_K: int4-g256s32-f16-min, Q5_K: int5-g256s32-f16-min, Q3_K:
+# int4-g256s16-f16-sym; sub-scales and int5 codes read by the GEMVs as they are) on the same
+# shapes: batch-1 decode and its bound.
+if stage kquant 90; then
+  for plan in llama3_8b_q4k llama3_8b_q5k llama3_8b_q3k; do
     if limit 60 "$LLMRT" bench "$B/plans/$plan.fb" --device cuda --pp 0 --tg 64 --batch 0 -r 2 \
         --json-out "$RAW/$plan.bench.json" > "$RAW/$plan.bench.txt" 2>&1; then
       say "$plan:"; fence "$RAW/$plan.bench.txt"; bound "$plan"
