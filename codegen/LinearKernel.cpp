@@ -402,20 +402,14 @@ __device__ __forceinline__ void gemvSubBlock(const unsigned *w, unsigned hi, con
         v[4 * h + 2 * e + 1] = fmaf(maskedCode<0xFF00u>(u), d256, lo);
       }
     }
-  } else if (kBits == 4 && kSubGroups == 2) { // s16 (sym): nibbles 2 i, 2 i + 1 are k-step i % 2's
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned u = w[0] >> (8 * i);
-      v[2 * i] = fmaf(maskedCode<0xFu>(u), ds[i & 1], los[i & 1]);
-      v[2 * i + 1] = fmaf(maskedCode<0xF0u>(u), ds[i & 1] * 0.0625f, los[i & 1]);
-    }
   } else if (kBits == 4) {
-    const float d16 = d * 0.0625f;
+    const float d16 = d * 0.0625f, d16b = kSubGroups == 2 ? ds[1] * 0.0625f : d16;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) { // nibbles 2 i, 2 i + 1 at bits 0 and 4 of w >> 8 i
+    for (int i = 0; i < 4; ++i) { // nibbles 2 i, 2 i + 1 at bits 0 and 4 of w >> 8 i: k-step i % 2's
       const unsigned u = w[0] >> (8 * i);
-      v[2 * i] = fmaf(maskedCode<0xFu>(u), d, lo);
-      v[2 * i + 1] = fmaf(maskedCode<0xF0u>(u), d16, lo);
+      const bool one = kSubGroups == 2 && (i & 1);
+      v[2 * i] = fmaf(maskedCode<0xFu>(u), one ? ds[1] : d, one ? los[1] : lo);
+      v[2 * i + 1] = fmaf(maskedCode<0xF0u>(u), one ? d16b : d16, one ? los[1] : lo);
     }
   } else {
 #pragma unroll

@@ -373,30 +373,26 @@ const uint8_t* row_bytes_of(const QuantMatrix& w, int64_t j, uint8_t* buf) {
 
 void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const QuantMatrix& w,
                  const float* bias, float* y, QuantScratch& sc, ThreadPool& pool) {
-  const int64_t k = w.k, nb = k / quant::kSubBlock, n = w.n;
+  const int64_t k = w.k, nb = k / quant::kSubBlock, nh = k / quant::kHalfGroup, n = w.n;
+  // Scales of 16 elements: the SIMD tiles take the activations' sums per half block (ih) where
+  // the others take them per block (fast_tiles16, fast_tiles4h).
+  const bool halves = quant::scale_elems(w.format, w.format.group) == quant::kHalfGroup;
   pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int) {
-    for (int64_t t = b; t < e; ++t)
+    for (int64_t t = b; t < e; ++t) {
+      const int8_t* q = sc.qx + t * k;
       quantize_activations(x + (rows ? rows[t] : t) * k, k, sc.qx + t * k, sc.dx + t * nb,
                            sc.sx + t * nb, sc.ix + t * nb);
+      for (int64_t h = 0; halves && h < nh; ++h, q += quant::kHalfGroup) {
+        int32_t sum = 0;
+        for (int i = 0; i < quant::kHalfGroup; ++i) sum += q[i];
+        sc.ih[t * nh + h] = sum;
+      }
+    }
   });
 #ifdef LLMRT_HAVE_X86
   if (avx2_active() && w.layout == quant::Layout::kInterleaved8) {
     TilesFn tiles8 = pick_tiles8(w.format), tiles4 = pick_tiles<4>(w.format), tiles1 = pick_tiles<1>(w.format);
     constexpr int64_t R = quant::kTileRows;
-    // Scales of 16 elements: the tiles take the activations' sums per half block instead of per
-    // block (fast_tiles16).
-    const bool halves = quant::scale_elems(w.format, w.format.group) == quant::kHalfGroup;
-    const int64_t nh = k / quant::kHalfGroup;
-    if (halves)
-      pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int) {
-        for (int64_t t = b; t < e; ++t)
-          for (int64_t h = 0; h < nh; ++h) {
-            const int8_t* q = sc.qx + t * k + h * quant::kHalfGroup;
-            int32_t sum = 0;
-            for (int i = 0; i < quant::kHalfGroup; ++i) sum += q[i];
-            sc.ih[t * nh + h] = sum;
-          }
-      });
     // split_linear_work hands out column ranges in units of 16: whole tiles.
     split_linear_work(num_rows, n, pool, [&](int64_t t0, int64_t t1, int64_t n0, int64_t n1, int) {
       const int64_t tile0 = n0 / R, tile1 = (n1 + R - 1) / R;

@@ -666,8 +666,9 @@ void write_nl_codes(const float* v, int64_t n, float d, uint8_t* q) {
 }
 
 // Codes of n elements (whole sub-blocks for int4) for the scale d >= 0 and, but for sym, the
-// min m, rounded to nearest and clamped to the codes' range.
-void write_codes(const Format& f, const float* v, int64_t n, float d, float m, uint8_t* q) {
+// min m, rounded to nearest and clamped to the codes' range. nibbles 0 / 1 (int4 sub-scales of 16:
+// n = 16): into the low / high nibbles of the 16 bytes at q, a sub-block's half.
+void write_codes(const Format& f, const float* v, int64_t n, float d, float m, uint8_t* q, int nibbles = -1) {
   int lo, hi;
   code_range(f, &lo, &hi);
   const float id = d > 0.0f ? 1.0f / d : 0.0f;
@@ -691,21 +692,17 @@ void write_codes(const Format& f, const float* v, int64_t n, float d, float m, u
     return;
   }
   const int bias = f.offset == Offset::kSym ? half : 0;
+  if (nibbles >= 0) {
+    for (int i = 0; i < kHalfGroup; ++i) {
+      const int c = code(v[i]) + bias;
+      q[i] = static_cast<uint8_t>(nibbles ? (q[i] & 0x0F) | c << 4 : (q[i] & 0xF0) | c);
+    }
+    return;
+  }
   for (int64_t sbk = 0; sbk < n; sbk += kSubBlock, q += kSubBlock * f.bits / 8) {
     int c[kSubBlock];
     for (int i = 0; i < kSubBlock; ++i) c[i] = code(v[sbk + i]) + bias;
     put_codes(f.bits, c, kSubBlock, q);
-  }
-}
-
-// int4 sym codes of the 16 elements at v for the scale d into the low (high = 0) or high nibbles
-// of the 16 bytes at q (a sub-block's two halves of 16: s16), as write_codes rounds them.
-void write_half_codes(const float* v, float d, int high, uint8_t* q) {
-  const float id = d > 0.0f ? 1.0f / d : 0.0f;
-  for (int i = 0; i < 16; ++i) {
-    const float t = std::min(std::max(v[i] * id, -8.0f), 7.0f);
-    const int c = static_cast<int>((t + 12582912.0f) - 12582912.0f) + 8;
-    q[i] = static_cast<uint8_t>(high ? (q[i] & 0x0F) | c << 4 : (q[i] & 0xF0) | c);
   }
 }
 
@@ -758,7 +755,7 @@ void quantize_row_sub(const Format& f, const float* x, int64_t k, uint8_t* out) 
       }
       sub_block_scale(f, out, j, &dj, &mj);
       if (f.bits == 4 && pe == kHalfGroup) {  // (sym) a half of a sub-block: its nibbles
-        write_half_codes(x + base + j * pe, dj, j % 2, out + hb + j / 2 * (kSubBlock / 2));
+        write_codes(f, x + base + j * pe, pe, dj, mj, out + hb + j / 2 * (kSubBlock / 2), static_cast<int>(j % 2));
         continue;
       }
       uint8_t* q = out + hb + j * pe * f.bits / 8;
