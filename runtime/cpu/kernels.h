@@ -108,8 +108,10 @@ void split_linear_work(int64_t num_rows, int64_t n, ThreadPool& pool, Body&& bod
 //    against weight group codes c_i (sym int4: nibble - 8; sym int8: the int8; zp: q - z;
 //    min: q; nl: kNlGrid[nibble]) each block b gives the exact integer P_b = sum over its 32 elements of c_i * q_i;
 //    in block order acc = fma(dw * dx_b, float(P_b), acc) and msum = fma(m, s_b, msum) (min
-//    formats; else msum = 0); y = acc + msum, then + bias. Groups of 16 (int8 sym) split a
-//    block in two: P_b's halves, each with its group's dw, in element order. With sub-scales
+//    formats; else msum = 0); y = acc + msum, then + bias. Scales of 16 (int8 groups, int4 /
+//    int8 sub-scales) split a block in two: P_b's halves, each with its scale dw, in element
+//    order; min formats then take msum = fma(m, s_h, msum) per half with s_h = d_b * float(the
+//    half's sum of q_i), in the same order. With sub-scales
 //    dw and m are the sub-block's d * sc_j and dmin * mc_j (exact f32 products), so the
 //    results are those of the expanded format (quant::expand_row). (|P_b| < 2^24,
 //    so float(P_b) is exact.) The scalar implementation is the oracle; the SIMD ones (cpu_interleaved8 layout:
@@ -141,6 +143,7 @@ class QuantScratch {
   float* sx = nullptr;      // [rows, k / 32] d * sum(q)
   int32_t* ix = nullptr;    // [rows, k / 32] sum(q)
   int32_t* ih = nullptr;    // [rows, k / 16] sum(q) per half block (the tiles of 16-element scales)
+  float* sh = nullptr;      // [rows, k / 16] d * float(sum(q)) per half block (their mins' steps)
   float* deq = nullptr;     // per thread: kDeqRows rows of k floats (reference contract)
   uint8_t* rowbuf = nullptr;  // per thread: one row of any format in the row layout
   int64_t rowbuf_stride = 0;
@@ -152,7 +155,7 @@ class QuantScratch {
 
  private:
   std::vector<int8_t> qx_;
-  std::vector<float> dx_, sx_, deq_;
+  std::vector<float> dx_, sx_, sh_, deq_;
   std::vector<int32_t> ix_, ih_;
   std::vector<uint8_t> rowbuf_;
 };

@@ -42,8 +42,9 @@ void QuantScratch::ensure(int64_t rows, int64_t k_max, int threads) {
   sx_.assign(dx_.size(), 0.0f);
   ix_.assign(dx_.size(), 0);
   ih_.assign(static_cast<size_t>(rows_cap * (k_cap / quant::kHalfGroup + 1)), 0);
+  sh_.assign(ih_.size(), 0.0f);
   deq_.assign(static_cast<size_t>(threads_cap * kDeqRows * k_cap), 0.0f);
-  // A row is at most 1.25 bytes per element (int8 codes, f32 scale and min per 32) plus slack.
+  // A row is at most 1.5 bytes per element (int8 codes, f32 scale and min per 16) plus slack.
   rowbuf_stride = (2 * k_cap + 64 + 63) / 64 * 64;
   rowbuf_.assign(static_cast<size_t>(threads_cap * rowbuf_stride), 0);
   qx = qx_.data();
@@ -51,12 +52,13 @@ void QuantScratch::ensure(int64_t rows, int64_t k_max, int threads) {
   sx = sx_.data();
   ix = ix_.data();
   ih = ih_.data();
+  sh = sh_.data();
   deq = deq_.data();
   rowbuf = rowbuf_.data();
 }
 
 size_t QuantScratch::bytes() const {
-  return qx_.size() + (dx_.size() + sx_.size() + deq_.size()) * sizeof(float) +
+  return qx_.size() + (dx_.size() + sx_.size() + sh_.size() + deq_.size()) * sizeof(float) +
          (ix_.size() + ih_.size()) * sizeof(int32_t) + rowbuf_.size();
 }
 
@@ -132,7 +134,8 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
   const RowView v(w, row);
   const int64_t g = quant::group_elems(f, w.k), pe = quant::scale_elems(f, w.k);
   // A scale's pieces: its 32-element sub-blocks, or the 16 elements it scales when that is half
-  // of one (int8 sym only): each piece's integer sum is scaled by its scale and its block's.
+  // of one: each piece's integer sum is scaled by its scale and its block's (a half's min by its
+  // block's scale times the half's sum of activation codes).
   const int64_t piece = std::min(pe, quant::kSubBlock);
   float acc = 0.0f, msum = 0.0f;
   for (int64_t gi = 0; gi < w.k / g; ++gi) {
@@ -152,7 +155,7 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
         const int64_t off = u * pe + s * piece;  // element offset in the group
         const int64_t e0 = gi * g + off, b = e0 / quant::kSubBlock;
         const int8_t* xq = qx + e0;
-        int32_t p = 0;
+        int32_t p = 0, xsum = 0;
         for (int i = 0; i < piece; ++i) {
           int c;
           if (f.bits == 8) {
@@ -168,9 +171,11 @@ float dot_q_fast_scalar(const QuantMatrix& w, int64_t row, const int8_t* qx, con
             c = f.offset == Offset::kNl ? quant::kNlGrid[c] : c - z;
           }
           p += c * xq[i];
+          xsum += xq[i];
         }
         acc = std::fma(dw * dx[b], static_cast<float>(p), acc);
-        if (f.offset == Offset::kMin) msum = std::fma(m, sx[b], msum);
+        if (f.offset == Offset::kMin)
+          msum = std::fma(m, piece == quant::kSubBlock ? sx[b] : dx[b] * static_cast<float>(xsum), msum);
       }
     }
   }
@@ -301,34 +306,36 @@ TilesFn pick_offset(const Format& f) {
   return nullptr;
 }
 
-template <int ISA, quant::ScaleType S, int TB>
+template <int ISA, Offset OFF, quant::ScaleType S, int TB>
 TilesFn tiles16_for() {
-  if constexpr (ISA == 2) return avx512::fast_tiles16_x2<S, TB>;
-  else return avx2::fast_tiles16<S, TB, ISA == 1>;
+  if constexpr (ISA == 2) return avx512::fast_tiles16_x2<OFF, S, TB>;
+  else return avx2::fast_tiles16<OFF, S, TB, ISA == 1>;
 }
 
-template <int ISA, quant::ScaleType S, int TB>
+template <int ISA, Offset OFF, quant::ScaleType S, int TB>
 TilesFn tiles4h_for() {
-  if constexpr (ISA == 2) return avx512::fast_tiles4h_x2<S, TB>;
-  else return avx2::fast_tiles4h<S, TB, ISA == 1>;
+  if constexpr (ISA == 2) return avx512::fast_tiles4h_x2<OFF, S, TB>;
+  else return avx2::fast_tiles4h<OFF, S, TB, ISA == 1>;
+}
+
+// Scales of 16 (parse_format allows sym and min only; int4 only as sub-scales, f16 / bf16).
+template <int ISA, Offset OFF, int TB>
+TilesFn pick_halves(const Format& f) {
+  switch (f.scale) {
+    case quant::ScaleType::kF16:
+      return f.bits == 4 ? tiles4h_for<ISA, OFF, quant::ScaleType::kF16, TB>() : tiles16_for<ISA, OFF, quant::ScaleType::kF16, TB>();
+    case quant::ScaleType::kBF16:
+      return f.bits == 4 ? tiles4h_for<ISA, OFF, quant::ScaleType::kBF16, TB>() : tiles16_for<ISA, OFF, quant::ScaleType::kBF16, TB>();
+    case quant::ScaleType::kF32:
+      return f.bits == 4 ? nullptr : tiles16_for<ISA, OFF, quant::ScaleType::kF32, TB>();
+  }
+  return nullptr;
 }
 
 template <int ISA, int TB>
 TilesFn pick_bits(const Format& f) {
-  if (quant::scale_elems(f, f.group) == quant::kHalfGroup && f.bits == 4) {  // sym, sub-scales (f16 / bf16)
-    switch (f.scale) {
-      case quant::ScaleType::kF16: return tiles4h_for<ISA, quant::ScaleType::kF16, TB>();
-      case quant::ScaleType::kBF16: return tiles4h_for<ISA, quant::ScaleType::kBF16, TB>();
-      case quant::ScaleType::kF32: return nullptr;  // (parse_format refuses f32 with sub-scales)
-    }
-  }
-  if (quant::scale_elems(f, f.group) == quant::kHalfGroup) {  // int8 sym (parse_format allows no other)
-    switch (f.scale) {
-      case quant::ScaleType::kF16: return tiles16_for<ISA, quant::ScaleType::kF16, TB>();
-      case quant::ScaleType::kBF16: return tiles16_for<ISA, quant::ScaleType::kBF16, TB>();
-      case quant::ScaleType::kF32: return tiles16_for<ISA, quant::ScaleType::kF32, TB>();
-    }
-  }
+  if (quant::scale_elems(f, f.group) == quant::kHalfGroup)
+    return f.offset == Offset::kMin ? pick_halves<ISA, Offset::kMin, TB>(f) : pick_halves<ISA, Offset::kSym, TB>(f);
   return f.bits == 4 ? pick_offset<ISA, 4, TB>(f) : f.bits == 5 ? pick_offset<ISA, 5, TB>(f) : pick_offset<ISA, 8, TB>(f);
 }
 
@@ -375,7 +382,9 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
                  const float* bias, float* y, QuantScratch& sc, ThreadPool& pool) {
   const int64_t k = w.k, nb = k / quant::kSubBlock, nh = k / quant::kHalfGroup, n = w.n;
   // Scales of 16 elements: the SIMD tiles take the activations' sums per half block (ih) where
-  // the others take them per block (fast_tiles16, fast_tiles4h).
+  // the others take them per block (fast_tiles16, fast_tiles4h), and with mins those sums scaled
+  // by their block's d (sh, the oracle's d_b * float(sum)) where the others take sx: once per row,
+  // not per tile.
   const bool halves = quant::scale_elems(w.format, w.format.group) == quant::kHalfGroup;
   pool.parallel_for(num_rows, [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t) {
@@ -386,6 +395,7 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
         int32_t sum = 0;
         for (int i = 0; i < quant::kHalfGroup; ++i) sum += q[i];
         sc.ih[t * nh + h] = sum;
+        sc.sh[t * nh + h] = sc.dx[t * nb + h / 2] * static_cast<float>(sum);
       }
     }
   });
@@ -404,7 +414,7 @@ void linear_fast(const float* x, const int32_t* rows, int64_t num_rows, const Qu
         for (int i = 0; i < tb; ++i) {
           qx[i] = sc.qx + (t + i) * k;
           dx[i] = sc.dx + (t + i) * nb;
-          sx[i] = sc.sx + (t + i) * nb;
+          sx[i] = halves ? sc.sh + (t + i) * nh : sc.sx + (t + i) * nb;
           ix[i] = halves ? sc.ih + (t + i) * nh : sc.ix + (t + i) * nb;
         }
         fn(w, tile0, tile1, qx, dx, sx, ix, bias, y + t * n, n);

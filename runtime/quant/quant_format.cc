@@ -88,7 +88,7 @@ void sub_block_scale(const Format& f, const uint8_t* h, int64_t j, float* d, flo
 Format expanded_format(const Format& f) {
   Format w = f;
   if (f.sub != 0) w = Format{f.bits, f.sub, ScaleType::kF32, f.offset, 0};
-  if (f.bits == 4 && f.sub == kHalfGroup) w.bits = 8;  // groups of 16 are int8's: codes q - 8
+  if (f.bits == 4 && f.sub == kHalfGroup) w.bits = 8;  // groups of 16 are int8's: codes q - 8 (sym), q (min)
   if (f.bits == 5) {
     w.bits = 8;
     if (w.offset == Offset::kSym) w.offset = Offset::kZeroPoint;  // d (q - 16)
@@ -152,9 +152,10 @@ void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out) {
       const uint8_t* q = row + hb + j * pe * f.bits / 8;
       if (f.bits == w.bits) {
         std::memcpy(out, q, static_cast<size_t>(pe * f.bits / 8));
-      } else if (f.bits == 4) {  // int4 sym halves (s16) as int8 sym: the low or high nibbles
+      } else if (f.bits == 4) {  // int4 halves (s16) as int8 sym / min: the low or high nibbles
         const uint8_t* sub = row + hb + j / 2 * (kSubBlock / 2);
-        for (int64_t i = 0; i < pe; ++i) out[i] = static_cast<uint8_t>(((j % 2 ? sub[i] >> 4 : sub[i] & 15) - 8));
+        const int z = f.offset == Offset::kSym ? 8 : 0;
+        for (int64_t i = 0; i < pe; ++i) out[i] = static_cast<uint8_t>(((j % 2 ? sub[i] >> 4 : sub[i] & 15) - z));
       } else {  // int5 codes as int8 bytes
         for (int64_t s = 0; s < pe; s += kSubBlock) int5_codes(q + s / kSubBlock * 20, codes.data() + s);
         put_codes(8, codes.data(), pe, out);
@@ -168,10 +169,10 @@ int64_t group_bytes(const Format& f, int64_t g) { return header_bytes(f) + g * f
 StatusOr<int64_t> row_bytes(const Format& f, int64_t k) {
   const int64_t g = group_elems(f, k);
   if (k <= 0 || g <= 0) return invalid_argument("quantized rows need a positive length");
-  if (g % kSubBlock != 0 && !(g == kHalfGroup && f.bits == 8 && f.offset == Offset::kSym))
+  if (g % kSubBlock != 0 && !(g == kHalfGroup && f.bits == 8 && (f.offset == Offset::kSym || f.offset == Offset::kMin)))
     return invalid_argument("group size " + std::to_string(g) + " of " + format_name(f) +
                             " is not a multiple of " + std::to_string(kSubBlock) +
-                            " (16 only for int8 sym)");
+                            " (16 only for int8 sym or min)");
   if (k % g != 0)
     return invalid_argument("rows of " + std::to_string(k) + " elements are not a whole number " +
                             "of groups of " + std::to_string(g) + " (" + format_name(f) + ")");
@@ -500,7 +501,7 @@ StatusOr<Format> parse_format(std::string_view name) {
     sub = group.substr(s + 1);
     group = group.substr(0, s);
     if (!parse_int(sub, &f.sub) || (f.sub != kSubBlock && f.sub != kHalfGroup))
-      return bad("sub-scales 's" + std::string(sub) + "' (s32, or s16 for int4 / int8 sym)");
+      return bad("sub-scales 's" + std::string(sub) + "' (s32, or s16 for int4 / int8 sym or min)");
   }
   if (group == "row") {
     f.group = 0;
@@ -518,13 +519,13 @@ StatusOr<Format> parse_format(std::string_view name) {
   else if (parts[3] == "nl") f.offset = Offset::kNl;
   else return bad("offset '" + std::string(parts[3]) + "'");
   if (f.offset == Offset::kNl && f.bits != 4) return bad("nl codes are int4 only");
-  if (f.group == kHalfGroup && (f.bits != 8 || f.offset != Offset::kSym))
-    return bad("groups of 16 are int8 sym only");
+  if (f.group == kHalfGroup && (f.bits != 8 || (f.offset != Offset::kSym && f.offset != Offset::kMin)))
+    return bad("groups of 16 are int8 sym or min only");
   if (f.sub != 0) {
     if (f.group == 0 || f.group <= f.sub || f.group % f.sub != 0)
       return bad("sub-scales need a group that is a multiple of the sub-block, and larger");
-    if (f.sub == kHalfGroup && (f.bits == 5 || f.offset != Offset::kSym))
-      return bad("sub-blocks of 16 are int4 or int8 sym only");
+    if (f.sub == kHalfGroup && (f.bits == 5 || (f.offset != Offset::kSym && f.offset != Offset::kMin)))
+      return bad("sub-blocks of 16 are int4 or int8 sym or min only");
     if (f.offset == Offset::kZeroPoint) return bad("zero points take no sub-scales");
     if (f.scale == ScaleType::kF32)
       return bad("sub-scales need an f16 or bf16 scale (so scale * code is exact in f32)");
@@ -577,9 +578,12 @@ void dequantize_row(const Format& f, const uint8_t* row, int64_t k, float* out) 
       continue;
     }
     if (f.offset == Offset::kSym) z = 8;
-    if (pe == kHalfGroup) {  // int4 s16 (sym): scale pi holds the low (even pi) or high nibbles
+    if (pe == kHalfGroup) {  // int4 s16 (sym, min): scale pi holds the low (even pi) or high nibbles
       const uint8_t* sub = row + hb + pi / 2 * (kSubBlock / 2);
-      for (int i = 0; i < 16; ++i) y[i] = d * static_cast<float>((pi % 2 ? sub[i] >> 4 : sub[i] & 0x0F) - z);
+      for (int i = 0; i < 16; ++i) {
+        const int c = pi % 2 ? sub[i] >> 4 : sub[i] & 0x0F;
+        y[i] = f.offset == Offset::kMin ? d * static_cast<float>(c) + m : d * static_cast<float>(c - z);
+      }
       continue;
     }
     for (int64_t sbk = 0; sbk < pe; sbk += kSubBlock, q += kSubBlock / 2) {
@@ -754,7 +758,7 @@ void quantize_row_sub(const Format& f, const float* x, int64_t k, uint8_t* out) 
         out[bhb + nsub + j] = static_cast<uint8_t>(static_cast<int8_t>(mc));
       }
       sub_block_scale(f, out, j, &dj, &mj);
-      if (f.bits == 4 && pe == kHalfGroup) {  // (sym) a half of a sub-block: its nibbles
+      if (f.bits == 4 && pe == kHalfGroup) {  // a half of a sub-block: its nibbles
         write_codes(f, x + base + j * pe, pe, dj, mj, out + hb + j / 2 * (kSubBlock / 2), static_cast<int>(j % 2));
         continue;
       }

@@ -23,7 +23,7 @@
 // int8 values (the CPU kernels look them up with a byte shuffle, the CUDA ones with byte
 // permutes).
 //
-// A group is a multiple of 32 elements, or 16 for int8 sym (GGUF's 16-element sub-blocks); rows
+// A group is a multiple of 32 elements, or 16 for int8 sym or min (GGUF's 16-element sub-blocks); rows
 // are whole sub-blocks of 32 either way (the fast contract quantizes activations per 32).
 //
 // With a group of 32 and f16 scales these are GGUF's blocks bit for bit: int8-g32-f16-sym is
@@ -37,7 +37,7 @@
 // (q - 32) is one f32 rounding there as in ggml's (d * sc) * q).
 //
 // Sub-scales (k-quant style, two-level): "g<group>s<sub>" (e.g. int4-g256s32-f16-min) gives every
-// sub-block of `sub` elements (32, or 16 for int4 / int8 sym) of a group its own int8 scale code sc_j, and
+// sub-block of `sub` elements (32, or 16 for int4 / int8 sym or min) of a group its own int8 scale code sc_j, and
 // for min its own int8 min code mc_j; the group's header is then
 //
 //   scale d, [min: dmin] (f16 or bf16), then group / sub codes sc_j, [min: group / sub codes mc_j]
@@ -48,9 +48,10 @@
 // those products as f32 scales (expanded_format; expand_row writes it): GGUF's Q4_K is int4-g256s32-f16-min
 // (4.625 bits per weight, against 6 as int4-g32-f32-min), Q5_K int5-g256s32-f16-min, Q6_K
 // int8-g256s16-f16-sym, IQ4_XS int4-g256s32-f16-nl, Q3_K int4-g256s16-f16-sym (codes q + 8 for
-// ggml's -4..3). Zero points take no sub-scales. int4 with sub-blocks of 16 (sym only): sub-block
-// 2i's codes are the low nibbles of the 16 bytes of 32-element sub-block i, 2i + 1's the high
-// ones (the int4 byte order below), so its expansion is int8-g16-f32-sym (codes q - 8).
+// ggml's -4..3), Q2_K int4-g256s16-f16-min (codes 0..3, the min negated). Zero points take no
+// sub-scales. int4 with sub-blocks of 16 (sym or min): sub-block 2i's codes are the low nibbles of
+// the 16 bytes of 32-element sub-block i, 2i + 1's the high ones (the int4 byte order below), so
+// its expansion is int8-g16-f32-sym (codes q - 8) or int8-g16-f32-min (codes q).
 //
 // Names: "int<4|5|8>-g<group>[s<sub>]|row-<f16|bf16|f32>-<sym|zp|min|nl>", e.g. "int4-g128-f16-zp".
 //
@@ -122,7 +123,7 @@ inline constexpr int8_t kNlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
 
 /// Sub-block of the int4 nibble order and of the fast contract's activation blocks.
 inline constexpr int64_t kSubBlock = 32;
-/// The one group smaller than a sub-block (int8 sym only): half of one.
+/// The one group smaller than a sub-block (int8 sym or min only): half of one.
 inline constexpr int64_t kHalfGroup = 16;
 /// The plan's tensor layout name for this storage.
 inline constexpr const char* kLayoutRowGroups = "cpu_row_groups";
@@ -140,10 +141,10 @@ const char* layout_name(Layout l);
 
 struct Format {
   int bits = 4;                       // 4 | 5 | 8
-  int64_t group = 32;                 // elements per group: a multiple of 32, 16 (int8 sym); 0 = the whole row
+  int64_t group = 32;                 // elements per group: a multiple of 32, 16 (int8 sym / min); 0 = the whole row
   ScaleType scale = ScaleType::kF16;
   Offset offset = Offset::kSym;
-  int64_t sub = 0;                    // elements per int8 sub-scale (32, 16: int4 / int8 sym); 0 = none
+  int64_t sub = 0;                    // elements per int8 sub-scale (32, 16: int4 / int8 sym / min); 0 = none
 
   bool operator==(const Format&) const = default;
 };
@@ -160,7 +161,7 @@ inline int64_t sub_scales(const Format& f) { return f.sub == 0 ? 0 : f.group / f
 inline int64_t scale_elems(const Format& f, int64_t k) { return f.sub != 0 ? f.sub : group_elems(f, k); }
 /// The format with the same values and neither sub-scales (groups of `sub`, f32 scales and mins
 /// d * sc_j, dmin * mc_j) nor int5 codes (int8 bytes; sym becomes a zero point of 16); int4
-/// sub-blocks of 16 become int8 sym groups of 16 (codes q - 8); f itself when it has neither.
+/// sub-blocks of 16 become int8 groups of 16 (sym: codes q - 8; min: q); f itself when it has neither.
 Format expanded_format(const Format& f);
 /// One row of f in expanded_format(f): row_bytes of that format in out.
 void expand_row(const Format& f, const uint8_t* row, int64_t k, uint8_t* out);

@@ -48,8 +48,10 @@ const char* kAllFormats[] = {
     // sub-scales: GGUF's Q4_K, Q5_K, Q6_K and IQ4_XS as the compiler holds them, and others
     "int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
     "int4-g64s32-bf16-sym", "int8-g64s16-bf16-sym", "int8-g64s32-f16-sym",
-    // int4 sub-blocks of 16: GGUF's Q3_K as held, and another
-    "int4-g256s16-f16-sym", "int4-g64s16-bf16-sym",
+    // int4 sub-blocks of 16: GGUF's Q3_K and Q2_K as held, and others; min groups of 16 (Q2_K's
+    // expansion) and int8 min sub-blocks of 16
+    "int4-g256s16-f16-sym", "int4-g64s16-bf16-sym", "int4-g256s16-f16-min", "int4-g64s16-bf16-min",
+    "int8-g16-f32-min", "int8-g16-f16-min", "int8-g64s16-f16-min",
     // int5: GGUF's Q5_0, Q5_1 (bit for bit) and Q5_K as held, and others
     "int5-g32-f16-sym", "int5-g32-f16-min", "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-g128-f32-min",
     "int5-row-f32-sym"};
@@ -71,11 +73,11 @@ TEST(QuantFormat, BadNamesSayWhy) {
   for (const char* bad : {"int3-g32-f16-sym", "int4-g33-f16-sym", "int4-g32-f8-sym",
                           "int4-g32-f16-asym", "int4-g32-f16", "int4-g32-f16-sym-x", "", "q4_1",
                           "int4-g-f16-sym", "int4-g0-f16-sym", "int4-g16-f16-sym", "int8-g16-f16-zp",
-                          "int8-g16-f32-min", "int8-g8-f16-sym", "int8-g48-f16-sym", "int8-g32-f16-nl",
+                          "int4-g16-f32-min", "int8-g16-f32-nl", "int8-g8-f16-sym", "int8-g48-f16-sym", "int8-g32-f16-nl",
                           "int4-g16-f32-nl", "int4-g32-f16-grid",
-                          // sub-scales: s32 or s16 (int4 / int8 sym) only, inside a larger group, no
-                          // zero points, f16/bf16 scales; row groups take none
-                          "int4-g256s16-f16-min", "int4-g256s16-f16-nl", "int5-g256s16-f16-sym",
+                          // sub-scales: s32 or s16 (int4 / int8 sym or min) only, inside a larger
+                          // group, no zero points, f16/bf16 scales; row groups take none
+                          "int4-g256s16-f16-nl", "int5-g256s16-f16-sym", "int5-g256s16-f16-min",
                           "int4-g256s16-f32-sym", "int4-g256s64-f16-min", "int8-g32s32-f16-sym",
                           "int8-g48s16-f16-sym", "int4-g256s32-f16-zp", "int4-g256s32-f32-min",
                           "int4-rows32-f16-min", "int4-g256s-f16-min", "int4-g256s32x-f16-min",
@@ -98,13 +100,18 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
   // Groups of 16 (Q6_K's sub-blocks): 4 + 16 bytes each; rows still whole sub-blocks of 32.
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g16-f32-sym"), 256), 16 * 20);
   EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int8-g16-f32-sym"), 48).ok());
-  EXPECT_NE(quant::parse_format("int4-g16-f32-sym").status().message().find("int8 sym only"), std::string::npos);
+  EXPECT_NE(quant::parse_format("int4-g16-f32-sym").status().message().find("int8 sym or min only"), std::string::npos);
+  // min groups of 16 (Q2_K's expansion): 4 + 4 + 16 bytes each
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g16-f32-min"), 256), 16 * 24);
   // Sub-scales: a group of 256 as GGUF's super-block: d (and dmin), a code per sub-block (and a
   // min code), then the codes. Q4_K 148 bytes (the file: 144), Q5_K 276 (176), Q6_K 274 (210),
   // IQ4_XS 138 (136).
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g256s32-f16-min"), 512), 2 * (4 + 16 + 128));
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g256s32-f16-min"), 256), 4 + 16 + 256);
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int8-g256s16-f16-sym"), 256), 2 + 16 + 256);
+  // Q3_K 146 (the file: 110), Q2_K 164 (84): d [, dmin], 16 codes sc [, 16 codes m], 128 bytes of nibbles
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g256s16-f16-sym"), 256), 2 + 16 + 128);
+  EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g256s16-f16-min"), 256), 4 + 32 + 128);
   EXPECT_EQ(*quant::row_bytes(*quant::parse_format("int4-g256s32-f16-nl"), 256), 2 + 8 + 128);
   EXPECT_FALSE(quant::row_bytes(*quant::parse_format("int4-g256s32-f16-nl"), 320).ok());
   const Format q4k = *quant::parse_format("int4-g256s32-f16-min");
@@ -115,6 +122,10 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
   EXPECT_EQ(quant::format_name(quant::expanded_format(q4k)), "int4-g32-f32-min");
   EXPECT_EQ(quant::format_name(quant::expanded_format(*quant::parse_format("int8-g256s16-f16-sym"))),
             "int8-g16-f32-sym");
+  EXPECT_EQ(quant::format_name(quant::expanded_format(*quant::parse_format("int4-g256s16-f16-sym"))),
+            "int8-g16-f32-sym");
+  EXPECT_EQ(quant::format_name(quant::expanded_format(*quant::parse_format("int4-g256s16-f16-min"))),
+            "int8-g16-f32-min");
   EXPECT_EQ(quant::expanded_format(*quant::parse_format("int4-g32-f16-zp")), *quant::parse_format("int4-g32-f16-zp"));
   // Plans for GPUs hold them as they are.
   EXPECT_EQ(*quant::tensor_bytes(q4k, quant::Layout::kCudaMma8, 8, 512), 8u * 2 * (4 + 16 + 128));
@@ -135,7 +146,8 @@ TEST(QuantFormat, RowBytesMatchGgufBlocks) {
 // a subnormal half and bf16.
 TEST(QuantFormat, SubScalesAreExactProducts) {
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
-                           "int8-g64s32-bf16-min", "int4-g64s32-bf16-sym"}) {
+                           "int8-g64s32-bf16-min", "int4-g64s32-bf16-sym", "int4-g256s16-f16-min",
+                           "int4-g256s16-f16-sym", "int8-g64s16-bf16-min"}) {
     const Format f = *quant::parse_format(name), w = quant::expanded_format(f);
     const int64_t k = 512, rb = *quant::row_bytes(f, k);
     std::vector<uint8_t> row(rb);
@@ -640,6 +652,7 @@ TEST(QuantLinear, FastContractSimdEqualsScalarOracle) {
          v.push_back({"int4-g32-f16-min", 13});
          v.push_back({"int8-g32-f16-sym", 13});
          v.push_back({"int8-g16-f32-sym", 13});
+         v.push_back({"int4-g256s16-f16-min", 13});
          return v;
        }()) {
     Case c = make_case(name, n, 512, 21);
@@ -670,7 +683,8 @@ TEST(QuantLinear, FastContractSimdHandlesExtremeCodes) {
   IsaGuard guard;
   if (detected_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
   for (const char* name : {"int8-g32-f16-sym", "int8-g32-f16-zp", "int8-g32-f16-min", "int4-g32-f16-nl",
-                           "int5-g32-f16-min", "int5-g32-f16-sym", "int8-g64s16-f16-sym", "int4-g64s16-f16-sym"}) {
+                           "int5-g32-f16-min", "int5-g32-f16-sym", "int8-g64s16-f16-sym", "int4-g64s16-f16-sym",
+                           "int4-g64s16-f16-min", "int8-g64s16-f16-min"}) {
     Case c = make_case(name, 9, 64, 77);
     const int64_t rb = *quant::row_bytes(c.f, c.k), hb = quant::header_bytes(c.f);
     for (int64_t r = 0; r < c.n; ++r)  // (int5: the fifth bits and nibbles all set or alternating: 31, 16, 15)
@@ -783,6 +797,30 @@ TEST(QuantLinear, FastContractScalarSplitsBlocksAtGroupsOf16) {
   }
 }
 
+TEST(QuantLinear, FastContractScalarTakesHalfMinsWithHalfSums) {
+  // Min groups of 16: each half's integer sum with its scale, and its min times the block's
+  // activation scale times the half's own sum of activation codes (not the block's s_b), the
+  // mins summed apart in element order (kernels.h), written out again over the row layout.
+  Case c = make_case("int8-g16-f32-min", 3, 96, 16);
+  auto [q, d, s, sums] = quantize_acts(random_vec(96, 17));
+  const int64_t rb = *quant::row_bytes(c.f, 96);
+  for (int64_t r = 0; r < 3; ++r) {
+    float acc = 0, msum = 0;
+    for (int h = 0; h < 6; ++h) {
+      const uint8_t* grp = c.w.data() + r * rb + h * 24;
+      int p = 0, xs = 0;
+      for (int i = 0; i < 16; ++i) {
+        p += grp[8 + i] * q[16 * h + i];
+        xs += q[16 * h + i];
+      }
+      acc = std::fma(quant::load_scale(c.f.scale, grp) * d[h / 2], static_cast<float>(p), acc);
+      msum = std::fma(quant::load_scale(c.f.scale, grp + 4), d[h / 2] * static_cast<float>(xs), msum);
+    }
+    for (quant::Layout l : {quant::Layout::kRowGroups, quant::Layout::kInterleaved8})
+      EXPECT_EQ(cpu::dot_q_fast_scalar(c.m(l), r, q.data(), d.data(), s.data()), acc + msum) << r;
+  }
+}
+
 TEST(QuantLinear, FormatsComputeAsTheirExpansion) {
   // Both contracts, every ISA level and layout: the outputs of a sub-scale or int5 format are
   // those of its expansion (groups of `sub` with f32 scales d * sc_j; int8 codes), bit for bit;
@@ -790,7 +828,8 @@ TEST(QuantLinear, FormatsComputeAsTheirExpansion) {
   IsaGuard guard;
   for (const char* name : {"int4-g256s32-f16-min", "int8-g256s32-f16-min", "int8-g256s16-f16-sym",
                            "int4-g256s32-f16-nl", "int4-g64s32-bf16-sym", "int4-g256s16-f16-sym",
-                           "int4-g64s16-bf16-sym", "int5-g32-f16-sym", "int5-g32-f16-min",
+                           "int4-g64s16-bf16-sym", "int4-g256s16-f16-min", "int4-g64s16-bf16-min",
+                           "int8-g64s16-f16-min", "int5-g32-f16-sym", "int5-g32-f16-min",
                            "int5-g256s32-f16-min", "int5-g64-bf16-zp", "int5-row-f32-sym"}) {
     Case c = make_case(name, 21, 512, 93);
     const Format wf = quant::expanded_format(c.f);
