@@ -113,7 +113,8 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
     lo = -d * (float)base[kOffsetsAt + g * 8 + n];
   else
     lo = kBits != 8 && kOffset == 0 ? -(float)kSymCode * d : 0.0f;
-  const float lo1 = kSubGroups == 2 && kBits != 8 ? -(float)kSymCode * d1 : lo; // (g16 is sym)
+  // k-step 1's offset where scales are per 16 (int8 g16 / s16, int4 s16: sym or min)
+  const float lo1 = kSubGroups != 2 ? lo : kOffset == 2 ? groupMin(base, g + 1, n) : kBits != 8 ? -(float)kSymCode * d1 : 0.0f;
   if (kBits != 8) {
     const unsigned word = w[0];
     // nl: the grid values of nibbles 0..3 and 4..7 as signed bytes
@@ -126,7 +127,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
       at[p] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
       const float code = kOffset == 3 ? codeToFloat(((grid[p >> 2] >> (8 * (p & 3))) & 255u) ^ 0x80u) - 128.0f
                                       : codeToFloat(((word >> (4 * p)) & 15u) | ((hi >> p) & 1u) << 4);
-      v[p] = (s ? d1 : d) * code + (s ? lo1 : lo); // (int4 s16: k-step s's own scale)
+      v[p] = (s ? d1 : d) * code + (s ? lo1 : lo); // (int4 s16: k-step s's own scale and offset)
     }
   } else {
 #pragma unroll
@@ -138,7 +139,7 @@ __device__ __forceinline__ void dequantSubBlock(const unsigned char *base, const
         // sym codes are signed bytes (c ^ 0x80 = code + 128); zp and min codes unsigned.
         const float code = kOffset == 0 ? codeToFloat(c ^ 0x80u) - 128.0f : codeToFloat(c);
         at[4 * s + b] = 16 * s + 2 * q + (b & 1) + 8 * (b >> 1);
-        v[4 * s + b] = (s ? d1 : d) * code + lo; // (g16 is sym: lo = 0)
+        v[4 * s + b] = (s ? d1 : d) * code + (s ? lo1 : lo); // (groups of 16: k-step s's own)
       }
     }
   }

@@ -233,10 +233,10 @@ constexpr const char *kMmaTileConstants = R"cuda(namespace {
 // A tile of 8 rows of ${ROW_K} elements in the cuda_mma_n8 layout (quant_format.h).
 constexpr int kHeaderGroup = ${GROUP};    // elements per group header: scale [, offset] [, sub-scale codes]
 constexpr int kHeaderGroups = ${ROW_K} / kHeaderGroup;
-constexpr int kSub = ${SUB};              // elements per int8 sub-scale code (32, or 16: int4 / int8 sym); 0: none
+constexpr int kSub = ${SUB};              // elements per int8 sub-scale code (32, or 16: int4 / int8 sym or min); 0: none
 // Elements per scale (and offset), which the kernels call a group: a sub-block of kSub elements
 // (scale d * sc_j, min dmin * mc_j: exact f32 products), else the header's group (a multiple of
-// 32, or 16: int8 sym). Groups of 16 are a k-step's (int4: nibbles 2, 3, 6, 7 of a lane's word are
+// 32, or 16: int8 sym or min). Groups of 16 are a k-step's (int4: nibbles 2, 3, 6, 7 of a lane's word are
 // k-step 1's).
 constexpr int kGroup = kSub > 0 ? kSub : kHeaderGroup;
 constexpr int kGroups = ${ROW_K} / kGroup;

@@ -367,8 +367,8 @@ struct alignas(8) Pair {
 // activations, which come in 8-byte pairs (the fragment's elements 2 q + 8 c, + 1 for c = 0..3).
 // acc sums in fragment order: int4 nibble p = 0..7 (elements at pair p & 3, x for p < 4 else y),
 // int8 byte b of word s (pair 2 s + b / 2, x or y by b % 2).
-// (k-step s's weights take (ds[s], los[s]); they differ only for groups of 16: int8 g16, int4
-// s16.) int5: as int4, each nibble's fifth bit in hi (bit p: nibble p's).
+// (k-step s's weights take (ds[s], los[s]); they differ only for groups of 16: int8 g16 / s16,
+// int4 s16.) int5: as int4, each nibble's fifth bit in hi (bit p: nibble p's).
 template <int NT>
 __device__ __forceinline__ void gemvSubBlock(const unsigned *w, unsigned hi, const float ds[2], const float los[2],
                                              const float *x, const int xrow[NT], int k0, int q, float acc[NT]) {
@@ -486,9 +486,9 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
     else // sym int4: -8 d, int5: -16 d; sym int8 and nl (read as int8 codes + 128): -128 d
       lo = kOffset == 0 && kBits != 8 ? -(float)kSymCode * d : -128.0f * d;
     float ds[2] = {d, d}, los[2] = {lo, lo};
-    if (kSubGroups == 2) { // g16 (int8 sym), s16 (int4 sym): k-step 1 has the next group's scale
+    if (kSubGroups == 2) { // g16 / s16 (int8, int4; sym or min): k-step 1 has the next group's scale
       ds[1] = spanScale(sc, gi + 1, n);
-      los[1] = -(kBits == 8 ? 128.0f : (float)kSymCode) * ds[1];
+      los[1] = kOffset == 2 ? spanMin(sc, gi + 1, n) : -(kBits == 8 ? 128.0f : (float)kSymCode) * ds[1];
     }
     gemvSubBlock<NT>(words + j * (kW / 4), hi >> (8 * j), ds, los, x, xrow, span * 128 + j * 32, q, acc);
   }
@@ -500,11 +500,13 @@ __device__ __forceinline__ void gemvSpan(const unsigned char *stage, const unsig
 constexpr long long kQ8RowBytes = (long long)((kK + 127) / 128) * 160;
 constexpr int kQ8ScalesAt = (kK + 127) / 128 * 128;
 constexpr int kQ8SumsAt = kQ8ScalesAt + (kK + 127) / 128 * 16;
-// Sym int8 codes, nl codes' grid values and int4 s16 codes (16 (q - 8): the activations' sums are
-// per 32, the scales per 16) are signed bytes; other int4 nibbles and zero-point / min bytes
+// Sym int8 codes, nl codes' grid values and int4 sym s16 codes (16 (q - 8): the activations' sums
+// are per 32, the scales per 16) are signed bytes; other int4 nibbles and zero-point / min bytes
 // unsigned, their offset (value = d * code + lo) applied once per sub-block as lo * s (s = d_x *
-// sum of codes).
-constexpr bool kSignedCodes = (kBits == 8 && kOffset == 0) || kOffset == 3 || (kBits == 4 && kSubGroups == 2);
+// sum of codes), or, min scales of 16 (kHalfMins), per k-step and lane as lo_s * d_x * (the sum of
+// the lane's 4 activation codes, a dp4a of ones).
+constexpr bool kSignedCodes = (kBits == 8 && kOffset == 0) || kOffset == 3 || (kBits == 4 && kSubGroups == 2 && kOffset == 0);
+constexpr bool kHalfMins = kSubGroups == 2 && kOffset == 2;
 
 // c + the 4 byte products of weight codes a and activation codes b (dp4a: one instruction).
 __device__ __forceinline__ int dot4(unsigned a, unsigned b, int c) {
@@ -525,6 +527,50 @@ __device__ __forceinline__ float smallIntToFloat(int i) {
   return __int_as_float(0x4B400000 + i) - 12582912.0f;
 }
 
+// Scales of 16 with mins (int4 s16, int8 g16 / s16; min codes unsigned): sub-block j of the span
+// whose lane words are `words` and scales `sc`, a token at a time, as the products of each k-step
+// s (bytes 0, 2 of the codes' dp4a operands are k-step 0's, 1, 3 k-step 1's) with its scale d_s,
+// and the lane's 4 activations of it, summed by a dp4a with ones, with its min m_s. One sub-block
+// at a time, each token's 8 activation bytes and scale read as it goes: the 4 sub-blocks' codes,
+// scales and mins held over the tokens took more than the kernel's 64 registers (ptxas spilled up
+// to 952 bytes on sm_80).
+template <int NT>
+__device__ __forceinline__ void gemvSubBlockQ8HalfMins(const unsigned *words, const unsigned char *sc,
+                                                       const unsigned char *xq, const int xrow[NT], int span,
+                                                       int j, int n, int q, float acc[NT]) {
+  unsigned ca, cb;
+  if (kBits == 4) {
+    ca = words[j] & 0x0F0F0F0Fu;
+    cb = (words[j] >> 4) & 0x0F0F0F0Fu;
+  } else {
+    ca = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
+    cb = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
+  }
+  const float d0 = spanScale(sc, 2 * j, n), d1 = spanScale(sc, 2 * j + 1, n);
+  const float m0 = spanMin(sc, 2 * j, n), m1 = spanMin(sc, 2 * j + 1, n);
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const unsigned char *row = xq + (long long)xrow[i] * kQ8RowBytes;
+    const unsigned *xw = reinterpret_cast<const unsigned *>(row + span * 128 + 32 * q + 8 * j);
+    const unsigned x0 = xw[0], x1 = xw[1];
+    const float dx = *reinterpret_cast<const float *>(row + kQ8ScalesAt + span * 16 + 4 * j);
+    int p0 = dot4(ca & 0x00FF00FFu, x0, 0);
+    p0 = dot4(cb & 0x00FF00FFu, x1, p0);
+    int p1 = dot4(ca & 0xFF00FF00u, x0, 0);
+    p1 = dot4(cb & 0xFF00FF00u, x1, p1);
+    int s0 = dot4(0x00010001u, x0, 0);
+    s0 = dot4(0x00010001u, x1, s0);
+    int s1 = dot4(0x01000100u, x0, 0);
+    s1 = dot4(0x01000100u, x1, s1);
+    float a = acc[i];
+    a = fmaf(d0 * dx, smallIntToFloat(p0), a);
+    a = fmaf(d1 * dx, smallIntToFloat(p1), a);
+    a = fmaf(m0 * dx, smallIntToFloat(s0), a);
+    a = fmaf(m1 * dx, smallIntToFloat(s1), a);
+    acc[i] = a;
+  }
+}
+
 // The M sub-blocks of the span staged at `stage` times the int8 activation rows xrow[] of xq.
 // Per sub-block and token: two dp4a (the lane's 8 products, at most 8 * 255 * 127 in
 // magnitude), then acc += (d_w * d_x) * p as the CPU's fast contract sums (its fmaf over the
@@ -537,6 +583,12 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
   spanWords<M>(stage, lane, words);
   // The codes as dp4a operands in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17
   // (int4: nibbles 0, 2, 4, 6 = the low nibbles) and 2q+8, 2q+24, 2q+9, 2q+25 (the high ones).
+  if (kHalfMins) { // (int8 g16 / s16, int4 s16 with mins: gemvSubBlockQ8HalfMins)
+#pragma unroll
+    for (int j = 0; j < M; ++j)
+      gemvSubBlockQ8HalfMins<NT>(words, sc, xq, xrow, span, j, n, q, acc);
+    return;
+  }
   unsigned ca[4], cb[4];
   float d[4], d1[4]; // d1: k-step 1's scale (groups of 16)
 #pragma unroll
@@ -545,7 +597,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
       const unsigned g0 = nlGrid4(words[j]), g1 = nlGrid4(words[j] >> 16);
       ca[j] = __byte_perm(g0, g1, 0x6420u);
       cb[j] = __byte_perm(g0, g1, 0x7531u);
-    } else if (kBits == 4 && kSubGroups == 2) {
+    } else if (kBits == 4 && kSubGroups == 2 && kOffset == 0) {
       // s16 (sym): q ^ 8 is q - 8 in 4-bit two's complement; in the high nibble of a byte it reads
       // as the signed byte 16 (q - 8), whose scale is d / 16 below (exact: a power of two)
       const unsigned t = words[j] ^ 0x88888888u;
@@ -562,7 +614,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
     }
     d[j] = spanScale(sc, kGroupPerSpan ? 0 : j * kSubGroups, n);
     d1[j] = kSubGroups == 2 ? spanScale(sc, j * 2 + 1, n) : d[j];
-    if (kBits == 4 && kSubGroups == 2) { // (the codes read 16 times their value)
+    if (kBits == 4 && kSubGroups == 2 && kOffset == 0) { // (int4 s16 sym: the codes read 16 times their value)
       d[j] *= 0.0625f;
       d1[j] *= 0.0625f;
     }

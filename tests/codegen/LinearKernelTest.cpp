@@ -186,6 +186,8 @@ TEST(LinearKernel, QuantizedFormatsInTheMmaLayout) {
                         Case{"int8-g256-f16-zp", 16, 768},
                         // int4 sub-blocks of 16 (GGUF's Q3_K as held: a code per k-step), bf16
                         Case{"int4-g256s16-f16-sym", 16, 768}, Case{"int4-g64s16-bf16-sym", 9, 320},
+                        Case{"int4-g256s16-f16-min", 16, 768}, Case{"int4-g64s16-bf16-min", 9, 320},
+                        Case{"int8-g16-f32-min", 12, 1056}, Case{"int8-g64s16-f16-min", 9, 192},
                         // sub-scales as GGUF's Q4_K, Q6_K (a code per 16: two a sub-block), IQ4_XS
                         // hold them: a header of 256 over two spans, d * sc_j per sub-block
                         Case{"int4-g256s32-f16-min", 20, 512}, Case{"int8-g256s16-f16-sym", 12, 768},
@@ -422,6 +424,8 @@ TEST(LinearKernel, Int8ActivationGemvComputesTheFastContract) {
                         Case{"int4-g256s32-f16-min", 8, 11264, 2, false},
                         // int4 sub-blocks of 16 (Q3_K as held): codes q - 8 signed, no offset term
                         Case{"int4-g256s16-f16-sym", 16, 768, 3, true}, Case{"int4-g64s16-bf16-sym", 9, 320, 5, false},
+                        Case{"int4-g256s16-f16-min", 16, 768, 3, true}, Case{"int4-g64s16-bf16-min", 9, 320, 5, false},
+                        Case{"int8-g16-f32-min", 20, 96, 6, true}, Case{"int8-g64s16-f16-min", 12, 192, 2, false},
                         // int5 (Q5_0, Q5_1, Q5_K): codes with their fifth bits into dp4a, the sym
                         // offset -16 d
                         Case{"int5-g32-f16-sym", 20, 96, 6, true}, Case{"int5-g32-f16-min", 12, 576, 3, false},
@@ -529,6 +533,7 @@ TEST(DequantBf16Kernel, WritesEachWeightAsItsExactValueRoundedToBf16) {
                         Case{"int4-g256s32-f16-min", 12, 512}, Case{"int8-g256s16-f16-sym", 9, 256},
                         Case{"int4-g192s32-f16-nl", 8, 576}, Case{"int4-g64s32-bf16-min", 9, 320},
                         Case{"int4-g256s16-f16-sym", 9, 256}, Case{"int4-g64s16-bf16-sym", 9, 320},
+                        Case{"int4-g256s16-f16-min", 9, 256}, Case{"int8-g16-f16-min", 9, 160},
                         Case{"int5-g32-f16-sym", 20, 96}, Case{"int5-g32-f16-min", 9, 320},
                         Case{"int5-g256s32-f16-min", 12, 512}, Case{"int5-g64-bf16-zp", 9, 192}}) {
     SCOPED_TRACE(std::string(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
@@ -648,7 +653,8 @@ TEST(EmbeddingKernel, EveryStorageReadsAsTheCpuDequantizesIt) {
                         Case{"int8-g256s16-f16-sym", 9, 256}, Case{"int4-g256s32-f16-nl", 7, 256},
                         Case{"int4-g64s32-bf16-min", 9, 192}, Case{"int5-g32-f16-sym", 13, 160},
                         Case{"int5-g32-f16-min", 9, 96}, Case{"int5-g256s32-f16-min", 7, 256},
-                        Case{"int5-g64-bf16-zp", 9, 192}, Case{"int4-g256s16-f16-sym", 9, 256}})
+                        Case{"int5-g64-bf16-zp", 9, 192}, Case{"int4-g256s16-f16-sym", 9, 256},
+                        Case{"int4-g256s16-f16-min", 9, 256}, Case{"int8-g16-f32-min", 9, 96}})
     checkEmbedding(c.format, c.V, c.D);
   EXPECT_FALSE(llmc::emitEmbeddingKernel({0, 8}).ok());
   EXPECT_FALSE(llmc::emitEmbeddingKernel({8, 100, "int4-g32-f16-sym"}).ok()); // 100 % 32 != 0
@@ -683,6 +689,8 @@ TEST(LinearKernel, SiluEpilogueIsTheGemvThenSiluMul) {
                         Case{"int8-g256s16-f16-sym", 32, 256, 2, true, false},
                         Case{"int4-g256s16-f16-sym", 32, 256, 2, true, false},
                         Case{"int4-g64s16-bf16-sym", 32, 320, 3, false, true},
+                        Case{"int4-g256s16-f16-min", 32, 256, 2, true, true},
+                        Case{"int8-g16-f32-min", 32, 96, 3, false, false},
                         Case{"int5-g32-f16-sym", 64, 160, 3, false, true},
                         Case{"int5-g256s32-f16-min", 32, 256, 2, true, false}}) {
     SCOPED_TRACE(std::string(c.format) + " inter=" + std::to_string(c.inter) + " k=" + std::to_string(c.k) +
@@ -962,6 +970,8 @@ TEST(LinearKernel, TensorCoreKernels) {
                         Case{"int4-g256s32-f16-min", 12, 512, 40, true, false},
                         Case{"int8-g256s16-f16-sym", 9, 256, 20, false, true},
                         Case{"int4-g256s16-f16-sym", 9, 256, 20, true, false},
+                        Case{"int4-g256s16-f16-min", 9, 256, 20, false, true},
+                        Case{"int8-g16-f16-min", 12, 160, 40, true, false},
                         Case{"int4-g192s32-f16-nl", 8, 576, 17, false, false},
                         Case{"int5-g32-f16-sym", 12, 96, 40, true, false},
                         Case{"int5-g256s32-f16-min", 9, 256, 20, false, true}}) {

@@ -156,6 +156,15 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-sym", false, false, true}));
   add(llmc::emitDequantBf16Kernel("int4-g256s16-f16-sym", 4096, 14336));
   add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g256s16-f16-sym"}));
+  // GGUF Q2_K as held (int4 sub-blocks of 16 with mins: a scale and a min per k-step, the int8
+  // GEMV's min steps per lane), the same kernels; and min groups of 16 (its expansion, int8).
+  for (const bool int8 : {true, false})
+    add(llmc::emitLinearKernel({4096, 4096, "int4-g256s16-f16-min", false, false, false, int8}));
+  add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-min", false, false, false, true}));
+  add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-min", false, false, true}));
+  add(llmc::emitDequantBf16Kernel("int4-g256s16-f16-min", 4096, 14336));
+  add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g256s16-f16-min"}));
+  add(llmc::emitLinearKernel({4096, 4096, "int8-g16-f16-min", false, false, false, true}));
   // Llama-3-8B's decode gate|up with the SiLU-mul epilogue (Step.silu_kernel): int8 and f32
   // activations, Q4_1-like groups of 32.
   for (const bool int8 : {true, false}) {
@@ -166,7 +175,8 @@ std::vector<KernelSpec> allFamilies() {
   // (bf16: a warp per column of h; int8 codes of GGUF's Q8_0 and Q6_K: a block of 8 warps' stages
   // within the 48 KiB of static shared memory, the Q8_0 one with its scales staged per span)
   for (const char *weight : {"int4-g32-f16-min", "bf16", "int8-g32-f16-sym", "int8-g16-f32-sym", "int4-g256s32-f16-min",
-                             "int8-g256s16-f16-sym", "int5-g32-f16-sym", "int4-g256s16-f16-sym"}) {
+                             "int8-g256s16-f16-sym", "int5-g32-f16-sym", "int4-g256s16-f16-sym",
+                             "int4-g256s16-f16-min"}) {
     llmc::LinearParams gateUp{28672, 4096, weight, false, false, false, weight[0] == 'i'};
     gateUp.siluInter = 14336;
     add(llmc::emitLinearKernel(gateUp));
@@ -449,13 +459,17 @@ TEST_F(NvrtcTest, EveryFamilyCompilesForSm80AndSm90) {
       const bool int5Sub = contains(spec.entry, "_int5_") && contains(spec.entry, "s32_");
       EXPECT_LE(image.resources.spillBytes, !gemv ? 0u : halves ? 192u : int5Sub ? 160u : 112u);
       // The int8-activation GEMV multiplies in dp4a: signed codes for sym int8, nl (the grid's
-      // values) and int4 sub-blocks of 16 (q - 8), else unsigned.
+      // values) and sym int4 sub-blocks of 16 (q - 8), else unsigned (min int4 sub-blocks of 16
+      // too, their activations' sums a dp4a with ones). Scales of 16 with mins (Q2_K as held)
+      // hold a sub-block at a time: no spill.
+      const bool sym = contains(spec.entry, "_sym_");
       if (contains(spec.entry, "_q8a_"))
-        EXPECT_TRUE(contains(image.ptx, (contains(spec.entry, "int8_") && contains(spec.entry, "_sym_")) ||
-                                                contains(spec.entry, "_nl_") ||
-                                                (contains(spec.entry, "int4_") && contains(spec.entry, "s16_"))
+        EXPECT_TRUE(contains(image.ptx, (contains(spec.entry, "int8_") && sym) || contains(spec.entry, "_nl_") ||
+                                                (contains(spec.entry, "int4_") && contains(spec.entry, "s16_") && sym)
                                             ? "dp4a.s32.s32"
                                             : "dp4a.u32.s32"));
+      if (contains(spec.entry, "_q8a_") && halves && contains(spec.entry, "_min_"))
+        EXPECT_EQ(image.resources.spillBytes, 0u);
       if (spec.family == "rms_norm" || spec.family == "add_rms_norm")
         EXPECT_EQ(image.resources.sharedBytes, 4u * spec.blockDim[0]);
       // An f16 cache is written with the conversion instruction (round to nearest even).
@@ -532,7 +546,8 @@ TEST_F(NvrtcTest, QuantizedTensorCoreTilesDoNotSpillOnAnySku) {
   for (const char *weight : {"int4-g128-f16-zp", "int4-g128-f16-sym", "int4-g32-f16-min", "int8-g128-f16-sym",
                              "int8-g128-bf16-zp", "int8-row-f32-sym", "int8-g16-f32-sym", "int4-g32-f32-min",
                              "int4-g32-f32-nl", "int4-g256s32-f16-min", "int8-g256s16-f16-sym", "int4-g256s32-f16-nl",
-                             "int5-g32-f16-sym", "int5-g256s32-f16-min", "int4-g256s16-f16-sym"})
+                             "int5-g32-f16-sym", "int5-g256s32-f16-min", "int4-g256s16-f16-sym",
+                             "int4-g256s16-f16-min", "int8-g16-f16-min"})
     for (int64_t k : {4096, 14336}) {
       auto spec = llmc::emitLinearKernel({k == 4096 ? 6144 : 4096, k, weight, false, false, true});
       ASSERT_TRUE(spec.ok()) << spec.status().to_string();
