@@ -64,6 +64,7 @@ int64_t blockElements(SourceDType type) {
   case SourceDType::Q5_1:
   case SourceDType::IQ4_NL:
     return 32;
+  case SourceDType::Q2_K:
   case SourceDType::Q3_K:
   case SourceDType::Q4_K:
   case SourceDType::Q5_K:
@@ -101,6 +102,8 @@ int64_t blockBytes(SourceDType type) {
     return 210;
   case SourceDType::Q3_K:
     return 110;
+  case SourceDType::Q2_K:
+    return 84;
   case SourceDType::IQ4_NL:
     return 18;
   case SourceDType::IQ4_XS:
@@ -185,6 +188,7 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
   case SourceDType::Q5_K: return fmt(5, 256, ScaleType::kF16, Offset::kMin, 32);
   case SourceDType::Q6_K: return fmt(8, 256, ScaleType::kF16, Offset::kSym, 16);
   case SourceDType::Q3_K: return fmt(4, 256, ScaleType::kF16, Offset::kSym, 16);
+  case SourceDType::Q2_K: return fmt(4, 256, ScaleType::kF16, Offset::kMin, 16);
   case SourceDType::IQ4_NL: return fmt(4, 32, ScaleType::kF16, Offset::kNl);
   case SourceDType::IQ4_XS: return fmt(4, 256, ScaleType::kF16, Offset::kNl, 32);
   default: return std::nullopt;
@@ -193,6 +197,7 @@ std::optional<llmrt::quant::Format> heldFormat(SourceDType type) {
 
 bool widenedBlocks(SourceDType type) {
   switch (type) {
+  case SourceDType::Q2_K:
   case SourceDType::Q3_K:
   case SourceDType::Q4_K:
   case SourceDType::Q5_K:
@@ -329,6 +334,27 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
           out[i] = static_cast<uint8_t>(code(32 * m + i) | code(32 * m + 16 + i) << 4);
       break;
     }
+    case SourceDType::Q2_K: {
+      // { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin; }: element e = 128 h + 32 j + l has the 2
+      // bits (qs[32 h + l] >> 2 j) & 3, and sub-block e / 16 the scale d * (scales[e / 16] & 15)
+      // and the min dmin * (scales[e / 16] >> 4), subtracted: a group of 256 with d, -dmin (the
+      // half's sign flipped: exact), the 16 codes sc, the 16 codes m, then the codes q as int4
+      // (sub-blocks of 16: the low and high nibbles of each 16 bytes, as Q3_K's).
+      const uint8_t *scales = blk, *qs = blk + 16;
+      std::memcpy(out, blk + 80, 2); // d
+      const uint16_t negMin = loadU16(blk + 82) ^ 0x8000u;
+      std::memcpy(out + 2, &negMin, 2);
+      for (int s = 0; s < 16; ++s) {
+        out[4 + s] = scales[s] & 0x0F;
+        out[20 + s] = scales[s] >> 4;
+      }
+      out += 36;
+      auto code = [&](int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
+      for (int m = 0; m < 8; ++m, out += 16)
+        for (int i = 0; i < 16; ++i)
+          out[i] = static_cast<uint8_t>(code(32 * m + i) | code(32 * m + 16 + i) << 4);
+      break;
+    }
     case SourceDType::IQ4_XS: {
       // { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }: sub-block s of 32 has the 6-bit
       // scale ls = nibble s % 2 of scales_l[s / 2] | bits 2 s of scales_h << 4, y = d * (ls - 32)
@@ -388,6 +414,7 @@ llmrt::Status dequantize(SourceDType type, const uint8_t *src, size_t srcBytes,
   case SourceDType::Q5_K:
   case SourceDType::Q6_K:
   case SourceDType::Q3_K:
+  case SourceDType::Q2_K:
   case SourceDType::IQ4_NL:
   case SourceDType::IQ4_XS: {
     // Through the exact held format, a block at a time (its values are ggml's).

@@ -30,14 +30,20 @@
 //         4 where hmask's bit is clear (-4..3), sc 6-bit
 //                                      -> int4-g256s16-f16-sym  146 bytes / 256
 //         (sub-scale codes sc - 32, codes q + 8)
+//   Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin; } 84 bytes / 256:
+//         16 sub-blocks of 16 with 4-bit scale sc and min m (the low and high
+//         nibbles of scales[s]), y = (d * sc) * q - dmin * m, q the 2 bits
+//         (qs[32 h + l] >> 2 j) & 3 of element 128 h + 32 j + l
+//                                      -> int4-g256s16-f16-min  164 bytes / 256
+//         (the min negated, codes sc, m and q as they are)
 //   IQ4_NL: { f16 d; u8 qs[16]; } 18 bytes / 32, y = d * grid[q], grid
 //         ggml's 16 non-linear int8 values (quant::kNlGrid), nibbles as
 //         Q4_0                         -> int4-g32-f16-nl, bit for bit
 //   IQ4_XS: { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; } 136 / 256:
 //         8 sub-blocks of 32, y = (d * (ls - 32)) * grid[q], ls 6-bit
 //                                      -> int4-g256s32-f16-nl   138 bytes / 256
-// (Q2_K, whose 16-element sub-blocks have a min, and the grid-coded IQ1 /
-// IQ2 / IQ3 types have no exact held format and are refused by name.)
+// (The grid-coded IQ1 / IQ2 / IQ3 types have no exact held format and are
+// refused by name.)
 // d * sc is exact in f32 (at most 11 + 8 significant bits), so every value
 // is the one ggml's dequantization computes (and the sub-scale formats' values
 // are those of their f32-scale expansion, quant::expand_row).

@@ -321,6 +321,7 @@ std::optional<SourceDType> ggmlToSourceDType(uint32_t type) {
   case GgmlType::Q5_K: return SourceDType::Q5_K;
   case GgmlType::Q6_K: return SourceDType::Q6_K;
   case GgmlType::Q3_K: return SourceDType::Q3_K;
+  case GgmlType::Q2_K: return SourceDType::Q2_K;
   case GgmlType::IQ4_NL: return SourceDType::IQ4_NL;
   case GgmlType::IQ4_XS: return SourceDType::IQ4_XS;
   default: return std::nullopt;

@@ -471,7 +471,7 @@ StatusOr<LoadedModel> loadGgufModel(std::unique_ptr<GgufFile> fileOwned,
       return llmrt::unimplemented(
           source->file().name() + ": tensor '" + info.name + "' has type " +
           (typeName ? typeName : std::to_string(info.type)) +
-          "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, "
+          "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
           "IQ4_NL, IQ4_XS");
     }
     SourceTensor tensor;

@@ -28,6 +28,7 @@ const char *sourceDTypeName(SourceDType type) {
   case SourceDType::Q5_K: return "Q5_K";
   case SourceDType::Q6_K: return "Q6_K";
   case SourceDType::Q3_K: return "Q3_K";
+  case SourceDType::Q2_K: return "Q2_K";
   case SourceDType::IQ4_NL: return "IQ4_NL";
   case SourceDType::IQ4_XS: return "IQ4_XS";
   case SourceDType::Packed: return "packed";

@@ -25,7 +25,7 @@ namespace llmc {
 /// Packed: a quantized linear weight assembled from several checkpoint tensors
 /// (GPTQ/AWQ qweight/qzeros/scales/g_idx); read through readF32/readPacked only.
 enum class SourceDType { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
-                         Q3_K, IQ4_NL, IQ4_XS, Packed };
+                         Q3_K, IQ4_NL, IQ4_XS, Q2_K, Packed };
 
 /// "F32", "Q4_1", ...
 const char *sourceDTypeName(SourceDType type);

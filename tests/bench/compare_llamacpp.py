@@ -9,7 +9,9 @@ llama-cpp-python and `gguf`. Subcommands (the script calls `all`):
                compile each with llmc, run `llmrt bench --pp P --tg G`, measure llama.cpp,
                measure memory read bandwidth, print the table, write JSON.
   llama        measure llama.cpp on one GGUF (run in a child process by `all`).
-  make-1b      write the Llama-3.2-1B-shaped GGUF with random Q4_1 weights.
+  make-1b      write the Llama-3.2-1B-shaped GGUF with random Q4_1 weights (--requantize MIX:
+               that file quantized again by llama.cpp, llama_model_quantize with allow_requantize,
+               to one of its mixes, e.g. q2_k; the k-quants need rows of 256).
   bandwidth    memory read bandwidth (tests/bench/read_bandwidth.c, compiled on the fly).
 
 llama.cpp figures come from its own perf counters, llama_perf_context(ctx): t_p_eval_ms/n_p_eval
@@ -251,6 +253,22 @@ def make_1b(out_path, tokenizer_from, seed=1):
     os.replace(tmp, out_path)
 
 
+# llama.cpp's llama_ftype values (llama.h) of the mixes make-1b --requantize writes.
+REQUANT_FTYPES = {"q2_k": 10, "q3_k_m": 12, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "iq4_xs": 30}
+
+
+def requantize(src, dst, ftype):
+    """llama.cpp's own quantization of src (any GGUF it reads) to the mix `ftype`."""
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = os.cpu_count() or 1
+    params.allow_requantize = True
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
+    if rc != 0:
+        die(f"llama_model_quantize({dst}) failed: {rc}")
+
+
 def gguf_weight_bytes(path):
     """Bytes of all tensors of a GGUF: every weight read once per token (a tied lm_head is the
     embedding table, counted once)."""
@@ -391,7 +409,7 @@ def print_report(res, args):
         if pb and gb:
             print(f"note: {m['label']}: the plan's weights are {pb / 2**20:.1f} MiB vs "
                   f"{gb / 2**20:.1f} MiB in the GGUF ({pb / gb:.2f}x; Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL blocks "
-                  f"are kept as they are, Q4_K/Q5_K/Q6_K/IQ4_XS with sub-scales a byte each, Q3_K wider; llmrt's "
+                  f"are kept as they are, Q4_K/Q5_K/Q6_K/IQ4_XS with sub-scales a byte each, Q2_K/Q3_K wider (int4 codes); llmrt's "
                   f"kernels: {m['llmrt'].get('cpu_kernels', '?')}).")
     if res["load_average_at_start"] > 0.5:
         print(f"warning: load average was {res['load_average_at_start']:.2f} at the start: the CPUs "
@@ -505,6 +523,7 @@ def main():
     m = sub.add_parser("make-1b", help="write the Llama-3.2-1B-shaped random Q4_1 GGUF")
     m.add_argument("out")
     m.add_argument("--tokenizer-from", default=os.path.join(ROOT, ".cache", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    m.add_argument("--requantize", choices=sorted(REQUANT_FTYPES), help="llama.cpp's mix to requantize it to")
 
     b = sub.add_parser("bandwidth", help="memory read bandwidth")
     b.add_argument("--threads", type=positive, default=2)
@@ -535,7 +554,16 @@ def main():
     elif args.cmd == "make-1b":
         if not os.path.isfile(args.tokenizer_from):
             die(f"{args.tokenizer_from} does not exist")
-        make_1b(os.path.abspath(args.out), args.tokenizer_from)
+        out = os.path.abspath(args.out)
+        if args.requantize:
+            q41 = out + ".q4_1.part"
+            make_1b(q41, args.tokenizer_from)
+            try:
+                requantize(q41, out, REQUANT_FTYPES[args.requantize])
+            finally:
+                os.remove(q41)
+        else:
+            make_1b(out, args.tokenizer_from)
         print(f"wrote {args.out}: {os.path.getsize(args.out) / 1e9:.3f} GB")
     elif args.cmd == "bandwidth":
         with tempfile.TemporaryDirectory() as d:

@@ -757,17 +757,18 @@ TEST(CudaExecutor, QuantizedEmbeddingTablesMatchTheCpuExecutor) {
 }
 
 TEST(CudaExecutor, GgufKQuantPlansMatchTheCpuExecutor) {
-  // llama.cpp's Q4_K_M, Q5_K_M, Q5_1, IQ4_XS and Q3_K_M mixes (tests/fixtures/kquant), held as the
+  // llama.cpp's Q4_K_M, Q5_K_M, Q5_1, IQ4_XS, Q3_K_M and Q2_K mixes (tests/fixtures/kquant), held as the
   // CPU holds them: Q4_K as int4-g256s32-f16-min and Q6_K as int8-g256s16-f16-sym (sub-scales; the
   // Q6_K lm_head, and attn_v / ffn_down), Q5_K as int5-g256s32-f16-min and Q5_1 as int5-g32-f16-min
   // (int5 codes; Q5_K_M's token table too), IQ4_XS as int4-g256s32-f16-nl (grid values by byte
-  // permutes), Q3_K as int4-g256s16-f16-sym (a scale per k-step), on the int8-activation GEMVs and
-  // the per-element table reads; the reference GEMVs too. Q4_K_M's, Q5_K_M's and Q3_K_M's q and k
-  // and v (another type) are three projections, so their decode attention does no rope_kv_store
-  // inside.
+  // permutes), Q3_K as int4-g256s16-f16-sym (a scale per k-step), Q2_K as int4-g256s16-f16-min
+  // (a scale and a min per k-step; its token table too), on the int8-activation GEMVs and the
+  // per-element table reads; the reference GEMVs too. Q4_K_M's, Q5_K_M's, Q3_K_M's and Q2_K's q
+  // and k and v (another type) are three projections, so their decode attention does no
+  // rope_kv_store inside.
   for (auto [file, fusedQkv] : {std::pair{"tiny_q4_k_m.gguf", false}, std::pair{"tiny_q5_k_m.gguf", false},
                                 std::pair{"tiny_q5_1.gguf", true}, std::pair{"tiny_iq4_xs.gguf", true},
-                                std::pair{"tiny_q3_k_m.gguf", false}}) {
+                                std::pair{"tiny_q3_k_m.gguf", false}, std::pair{"tiny_q2_k.gguf", false}}) {
     SCOPED_TRACE(file);
     const std::string gguf = std::string(LLMC_SOURCE_DIR) + "/tests/fixtures/kquant/" + file;
     TempDir dir;

@@ -161,7 +161,7 @@ TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
   ASSERT_TRUE(in) << dir << "/reference.json";
   const nlohmann::json ref = nlohmann::json::parse(in);
   std::set<std::string> typesSeen;
-  ASSERT_EQ(ref["files"].size(), 7u);
+  ASSERT_EQ(ref["files"].size(), 8u);
   for (const auto &[file, entry] : ref["files"].items()) {
     SCOPED_TRACE(file);
     auto gguf = GgufFile::open(dir + "/" + file);
@@ -190,7 +190,7 @@ TEST(Dequant, LlamaCppKQuantFilesGiveTheGgufPackagesValues) {
       }
     }
   }
-  EXPECT_EQ(typesSeen, (std::set<std::string>{"F32", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1",
+  EXPECT_EQ(typesSeen, (std::set<std::string>{"F32", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1",
                                               "IQ4_NL", "IQ4_XS"}));
 }
 
@@ -202,6 +202,7 @@ TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
   EXPECT_EQ(storageBytes(SourceDType::Q6_K, 256), 210);
   EXPECT_EQ(storageBytes(SourceDType::Q6_K, 128), -1); // not a whole super-block
   EXPECT_EQ(storageBytes(SourceDType::Q3_K, 512), 220);
+  EXPECT_EQ(storageBytes(SourceDType::Q2_K, 512), 168);
   EXPECT_EQ(storageBytes(SourceDType::IQ4_NL, 64), 36);
   EXPECT_EQ(storageBytes(SourceDType::IQ4_XS, 256), 136);
   EXPECT_EQ(storageBytes(SourceDType::IQ4_XS, 32), -1);
@@ -211,11 +212,12 @@ TEST(Dequant, WiderBlocksHaveTheirGgmlSizesAndFormats) {
       {SourceDType::Q5_1, "int5-g32-f16-min"}, {SourceDType::Q4_K, "int4-g256s32-f16-min"},
       {SourceDType::Q5_K, "int5-g256s32-f16-min"}, {SourceDType::Q6_K, "int8-g256s16-f16-sym"},
       {SourceDType::Q3_K, "int4-g256s16-f16-sym"}, {SourceDType::IQ4_NL, "int4-g32-f16-nl"},
-      {SourceDType::IQ4_XS, "int4-g256s32-f16-nl"}};
+      {SourceDType::IQ4_XS, "int4-g256s32-f16-nl"}, {SourceDType::Q2_K, "int4-g256s16-f16-min"}};
   // Bytes per 256 elements held: Q4_K 148 (file 144), Q5_K 180 (176), Q6_K 274 (210), IQ4_XS 138
-  // (136): the sub-scale formats; Q5_0 and Q5_1 are the file's (int5).
+  // (136), Q3_K 146 (110), Q2_K 164 (84): the sub-scale formats; Q5_0 and Q5_1 are the file's (int5).
   const std::pair<SourceDType, int64_t> heldBlockBytes[] = {
       {SourceDType::Q4_K, 148}, {SourceDType::Q5_K, 180}, {SourceDType::Q6_K, 274}, {SourceDType::IQ4_XS, 138},
+      {SourceDType::Q3_K, 146}, {SourceDType::Q2_K, 164},
       {SourceDType::Q5_0, 8 * 22}, {SourceDType::Q5_1, 8 * 24}};
   for (const auto &[type, bytes] : heldBlockBytes)
     EXPECT_EQ(*llmrt::quant::row_bytes(*heldFormat(type), 256), bytes) << sourceDTypeName(type);

@@ -510,11 +510,11 @@ TEST(LoadModel, GgufModelErrors) {
   std::string e = modelWith([](GgufBuilder &b, const std::string &n, const Tensor &t) {
     if (n != "blk.0.ffn_up.weight")
       return false;
-    b.addTensor(n, 10, {256, 1}, Bytes(84, 0)); // Q2_K
+    b.addTensor(n, 16, {256, 1}, Bytes(66, 0)); // IQ2_XXS
     return true;
   });
-  EXPECT_NE(e.find("tensor 'blk.0.ffn_up.weight' has type Q2_K; supported: F32, F16, "
-                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"),
+  EXPECT_NE(e.find("tensor 'blk.0.ffn_up.weight' has type IQ2_XXS; supported: F32, F16, "
+                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"),
             std::string::npos) << e;
   e = modelWith([](GgufBuilder &b, const std::string &n, const Tensor &t) {
     if (n != "output_norm.weight")

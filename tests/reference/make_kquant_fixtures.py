@@ -24,7 +24,8 @@ Reference: llama.cpp through llama-cpp-python==0.3.36 (tests/reference/requireme
 its own environment, e.g. /opt/llamaenv), n_ctx 256, logits_all, 2 threads, F32 KV cache,
 flash attention off, no extra buffer types (no weight repacking, no AMX).
 
-Usage: /opt/llamaenv/bin/python tests/reference/make_kquant_fixtures.py [--out DIR]
+Usage: /opt/llamaenv/bin/python tests/reference/make_kquant_fixtures.py [--out DIR] [--only NAME ...]
+(--only: those mixes alone, the others' entries of an existing reference.json kept)
 """
 
 import argparse
@@ -40,7 +41,8 @@ SEED = 20261207
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 256, 512, 1, 4, 2
 HEAD_DIM = HIDDEN // HEADS
 # llama.cpp's llama_ftype values (llama.h)
-FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q5_0": 8, "q5_1": 9, "q3_k_m": 12, "iq4_nl": 25, "iq4_xs": 30}
+FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q5_0": 8, "q5_1": 9, "q3_k_m": 12, "iq4_nl": 25, "iq4_xs": 30,
+          "q2_k": 10}
 SEQUENCES = [
     [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 31, 7],
     [1, 3, 250, 4, 4, 4, 90, 91, 92, 93, 150, 160, 170, 180, 190, 5, 258, 66],
@@ -190,16 +192,25 @@ def llama_logits(path: str) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "kquant"))
+    ap.add_argument("--only", nargs="+", choices=sorted(FTYPES), help="regenerate these mixes alone")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import llama_cpp
 
     ref = {"llama_cpp_python": llama_cpp.__version__, "seed": SEED, "sequences": SEQUENCES,
            "vocab_size": len(vocab()[0]), "files": {}}
+    if a.only:
+        with open(os.path.join(a.out, "reference.json")) as f:
+            kept = json.load(f)
+        if kept["llama_cpp_python"] != ref["llama_cpp_python"] or kept["seed"] != SEED:
+            raise SystemExit("--only: reference.json was made by another llama.cpp or seed; regenerate all")
+        ref["files"] = kept["files"]
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "tiny_f32.gguf")
         write_f32_model(src)
         for name, ftype in FTYPES.items():
+            if a.only and name not in a.only:
+                continue
             q = os.path.join(a.out, f"tiny_{name}.gguf")
             quantize(src, q, ftype)
             f32 = os.path.join(tmp, f"tiny_{name}.f32.gguf")

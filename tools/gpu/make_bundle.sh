@@ -76,6 +76,9 @@ compile "$KIQ4XS" -o "$OUT/plans/kiq4xs_mma.fb" --target "$TARGET" --weight-layo
 # ... and its Q3_K_M (Q3_K as int4-g256s16-f16-sym: a scale per k-step; with Q4_K, Q5_K and Q6_K).
 compile "$ROOT/tests/fixtures/kquant/tiny_q3_k_m.gguf" -o "$OUT/plans/kq3km_mma.fb" --target "$TARGET" \
   --weight-layout cuda-mma
+# ... and its Q2_K (int4-g256s16-f16-min: a scale and a min per k-step; the token table too).
+compile "$ROOT/tests/fixtures/kquant/tiny_q2_k.gguf" -o "$OUT/plans/kq2k_mma.fb" --target "$TARGET" \
+  --weight-layout cuda-mma
 # ... its Q5_0 and Q5_K_M (int5 codes: a span's fifth bits after its nibbles; Q5_K with sub-scales).
 compile "$ROOT/tests/fixtures/kquant/tiny_q5_0.gguf" -o "$OUT/plans/kq50_mma.fb" --target "$TARGET" \
   --weight-layout cuda-mma
@@ -214,6 +217,7 @@ CONTRACT=fast case_ref kq4km_mma kq4km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq4km_mma_lib kq4km_mma_lib 2e-2 "$PROMPT80"
 CONTRACT=fast case_ref kiq4xs_mma kiq4xs_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq3km_mma kq3km_mma 1e-2 "$PROMPT24"
+CONTRACT=fast case_ref kq2k_mma kq2k_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq50_mma kq50_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kq5km_mma kq5km_mma 1e-2 "$PROMPT24"
 CONTRACT=fast case_ref kiq4xs_mma_lib kiq4xs_mma_lib 2e-2 "$PROMPT80"

@@ -73,11 +73,11 @@ def tiny_llama(path: str, arch: str, quant: Q) -> None:
 
 def block_types(path: str) -> None:
     """No model: two rows of 256 elements in each ggml block type that llmc holds in a wider or
-    non-linear format (Q5_0 ... IQ4_XS), random bytes in its blocks, for the fuzz target's
+    non-linear format (Q5_0 ... IQ4_XS, Q2_K), random bytes in its blocks, for the fuzz target's
     per-tensor conversion (dequantize and repackBlocks run before any model mapping)."""
     rng = np.random.default_rng(7)
     w = gguf.GGUFWriter(path, arch="llama")
-    for q in (Q.Q5_0, Q.Q5_1, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS):
+    for q in (Q.Q5_0, Q.Q5_1, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.Q2_K):
         block, size = gguf.GGML_QUANT_SIZES[q]
         raw = rng.integers(0, 256, (2, 256 // block * size), dtype=np.uint8)
         w.add_tensor(f"t_{q.name.lower()}", raw, raw_shape=raw.shape, raw_dtype=q)
