@@ -530,10 +530,15 @@ __device__ __forceinline__ float smallIntToFloat(int i) {
 // Scales of 16 with mins (int4 s16, int8 g16 / s16; min codes unsigned): sub-block j of the span
 // whose lane words are `words` and scales `sc`, a token at a time, as the products of each k-step
 // s (bytes 0, 2 of the codes' dp4a operands are k-step 0's, 1, 3 k-step 1's) with its scale d_s,
-// and the lane's 4 activations of it, summed by a dp4a with ones, with its min m_s. One sub-block
+// and the lane's 4 activations of it, summed by a dp4a with ones, with its min m_s, the four
+// terms summed before the token's scale d_x multiplies them (a rounding apart from the CPU's
+// order, as every GPU sum is). One sub-block
 // at a time, each token's 8 activation bytes and scale read as it goes: the 4 sub-blocks' codes,
 // scales and mins held over the tokens took more than the kernel's 64 registers (ptxas spilled up
 // to 952 bytes on sm_80).
+struct alignas(8) Words2 {
+  unsigned u[2];
+};
 template <int NT>
 __device__ __forceinline__ void gemvSubBlockQ8HalfMins(const unsigned *words, const unsigned char *sc,
                                                        const unsigned char *xq, const int xrow[NT], int span,
@@ -551,8 +556,8 @@ __device__ __forceinline__ void gemvSubBlockQ8HalfMins(const unsigned *words, co
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     const unsigned char *row = xq + (long long)xrow[i] * kQ8RowBytes;
-    const unsigned *xw = reinterpret_cast<const unsigned *>(row + span * 128 + 32 * q + 8 * j);
-    const unsigned x0 = xw[0], x1 = xw[1];
+    const Words2 xw = *reinterpret_cast<const Words2 *>(row + span * 128 + 32 * q + 8 * j); // (one 8-byte load)
+    const unsigned x0 = xw.u[0], x1 = xw.u[1];
     const float dx = *reinterpret_cast<const float *>(row + kQ8ScalesAt + span * 16 + 4 * j);
     int p0 = dot4(ca & 0x00FF00FFu, x0, 0);
     p0 = dot4(cb & 0x00FF00FFu, x1, p0);
@@ -562,12 +567,12 @@ __device__ __forceinline__ void gemvSubBlockQ8HalfMins(const unsigned *words, co
     s0 = dot4(0x00010001u, x1, s0);
     int s1 = dot4(0x01000100u, x0, 0);
     s1 = dot4(0x01000100u, x1, s1);
-    float a = acc[i];
-    a = fmaf(d0 * dx, smallIntToFloat(p0), a);
-    a = fmaf(d1 * dx, smallIntToFloat(p1), a);
-    a = fmaf(m0 * dx, smallIntToFloat(s0), a);
-    a = fmaf(m1 * dx, smallIntToFloat(s1), a);
-    acc[i] = a;
+    // d_x (d0 p0 + d1 p1 + m0 s0 + m1 s1): one multiply by d_x, not four
+    float t = d0 * smallIntToFloat(p0);
+    t = fmaf(d1, smallIntToFloat(p1), t);
+    t = fmaf(m0, smallIntToFloat(s0), t);
+    t = fmaf(m1, smallIntToFloat(s1), t);
+    acc[i] = fmaf(dx, t, acc[i]);
   }
 }
 
