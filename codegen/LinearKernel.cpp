@@ -532,10 +532,22 @@ __device__ __forceinline__ float smallIntToFloat(int i) {
 // s (bytes 0, 2 of the codes' dp4a operands are k-step 0's, 1, 3 k-step 1's) with its scale d_s,
 // and the lane's 4 activations of it, summed by a dp4a with ones, with its min m_s, the four
 // terms summed before the token's scale d_x multiplies them (a rounding apart from the CPU's
-// order, as every GPU sum is). One sub-block
-// at a time, each token's 8 activation bytes and scale read as it goes: the 4 sub-blocks' codes,
-// scales and mins held over the tokens took more than the kernel's 64 registers (ptxas spilled up
-// to 952 bytes on sm_80).
+// order, as every GPU sum is). One sub-block at a time, each token's 8 activation bytes and scale
+// read as it goes: the 4 sub-blocks' codes, scales and mins held over the tokens took more than
+// the kernel's 64 registers (ptxas spilled up to 952 bytes on sm_80).
+// Sub-block j's codes in the lane's words as dp4a operands, unsigned as stored (int4 nibbles, int8
+// bytes), in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17 (int4: nibbles 0, 2, 4, 6 =
+// the low nibbles; int8: word 0 holds 2q, 2q+1, 2q+8, 2q+9, word 1 the same + 16) in ca and 2q+8,
+// 2q+24, 2q+9, 2q+25 in cb.
+__device__ __forceinline__ void storedCodes(const unsigned *words, int j, unsigned &ca, unsigned &cb) {
+  if (kBits == 4) {
+    ca = words[j] & 0x0F0F0F0Fu;
+    cb = (words[j] >> 4) & 0x0F0F0F0Fu;
+  } else {
+    ca = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
+    cb = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
+  }
+}
 struct alignas(8) Words2 {
   unsigned u[2];
 };
@@ -544,13 +556,7 @@ __device__ __forceinline__ void gemvSubBlockQ8HalfMins(const unsigned *words, co
                                                        const unsigned char *xq, const int xrow[NT], int span,
                                                        int j, int n, int q, float acc[NT]) {
   unsigned ca, cb;
-  if (kBits == 4) {
-    ca = words[j] & 0x0F0F0F0Fu;
-    cb = (words[j] >> 4) & 0x0F0F0F0Fu;
-  } else {
-    ca = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
-    cb = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
-  }
+  storedCodes(words, j, ca, cb);
   const float d0 = spanScale(sc, 2 * j, n), d1 = spanScale(sc, 2 * j + 1, n);
   const float m0 = spanMin(sc, 2 * j, n), m1 = spanMin(sc, 2 * j + 1, n);
 #pragma unroll
@@ -586,8 +592,7 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
                                            int n, int q, float acc[NT]) {
   unsigned words[kW];
   spanWords<M>(stage, lane, words);
-  // The codes as dp4a operands in the activations' order: elements 2q, 2q+16, 2q+1, 2q+17
-  // (int4: nibbles 0, 2, 4, 6 = the low nibbles) and 2q+8, 2q+24, 2q+9, 2q+25 (the high ones).
+  // The codes as dp4a operands in the activations' order (storedCodes).
   if (kHalfMins) { // (int8 g16 / s16, int4 s16 with mins: gemvSubBlockQ8HalfMins)
 #pragma unroll
     for (int j = 0; j < M; ++j)
@@ -608,14 +613,10 @@ __device__ __forceinline__ void gemvSpanQ8(const unsigned char *stage, const uns
       const unsigned t = words[j] ^ 0x88888888u;
       ca[j] = (t << 4) & 0xF0F0F0F0u;
       cb[j] = t & 0xF0F0F0F0u;
-    } else if (kBits == 4) {
-      ca[j] = words[j] & 0x0F0F0F0Fu;
-      cb[j] = (words[j] >> 4) & 0x0F0F0F0Fu;
-    } else if (kBits == 5) { // the same with their fifth bits
+    } else if (kBits == 5) { // as int4 with their fifth bits
       int5Codes(words[j], hi >> (8 * j), ca[j], cb[j]);
-    } else { // word 0: elements 2q, 2q+1, 2q+8, 2q+9; word 1 the same + 16
-      ca[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x5140);
-      cb[j] = __byte_perm(words[2 * j], words[2 * j + 1], 0x7362);
+    } else {
+      storedCodes(words, j, ca[j], cb[j]);
     }
     d[j] = spanScale(sc, kGroupPerSpan ? 0 : j * kSubGroups, n);
     d1[j] = kSubGroups == 2 ? spanScale(sc, j * 2 + 1, n) : d[j];

@@ -264,6 +264,20 @@ int q3Scale(int s, const uint8_t *b) {
   return low | ((b[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
 }
 
+// Q2_K / Q3_K: the 2 bits of element e = 128 h + 32 j + l of a block, (qs[32 h + l] >> 2 j) & 3.
+int low2Bits(const uint8_t *qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
+
+// The 256 int4 codes code(e) of a block as our int4 groups' 128 bytes (byte i of sub-block m: element
+// 32 m + i low, 32 m + 16 + i high; so the sub-blocks of 16 of s16 formats are the low and the
+// high nibbles of each 16 bytes); returns out past them.
+template <typename Code>
+uint8_t *int4Nibbles(Code &&code, uint8_t *out) {
+  for (int m = 0; m < 8; ++m, out += 16)
+    for (int i = 0; i < 16; ++i)
+      out[i] = static_cast<uint8_t>(code(32 * m + i) | code(32 * m + 16 + i) << 4);
+  return out;
+}
+
 } // namespace
 
 void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
@@ -323,15 +337,10 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
       for (int s = 0; s < 16; ++s)
         out[2 + s] = static_cast<uint8_t>(static_cast<int8_t>(q3Scale(s, scales) - 32));
       out += 18;
-      auto code = [&](int e) {
-        const int h = e / 128, j = e % 128 / 32, l = e % 32;
-        const int q = (qs[32 * h + l] >> (2 * j)) & 3;
-        const bool high = (hmask[l] >> (4 * h + j)) & 1;
-        return q - (high ? 0 : 4) + 8;
-      };
-      for (int m = 0; m < 8; ++m, out += 16)
-        for (int i = 0; i < 16; ++i)
-          out[i] = static_cast<uint8_t>(code(32 * m + i) | code(32 * m + 16 + i) << 4);
+      out = int4Nibbles([&](int e) {
+        const bool high = (hmask[e % 32] >> (4 * (e / 128) + e % 128 / 32)) & 1;
+        return low2Bits(qs, e) - (high ? 0 : 4) + 8;
+      }, out);
       break;
     }
     case SourceDType::Q2_K: {
@@ -349,10 +358,7 @@ void repackBlocks(SourceDType type, const uint8_t *blocks, int64_t numBlocks,
         out[20 + s] = scales[s] >> 4;
       }
       out += 36;
-      auto code = [&](int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
-      for (int m = 0; m < 8; ++m, out += 16)
-        for (int i = 0; i < 16; ++i)
-          out[i] = static_cast<uint8_t>(code(32 * m + i) | code(32 * m + 16 + i) << 4);
+      out = int4Nibbles([&](int e) { return low2Bits(qs, e); }, out);
       break;
     }
     case SourceDType::IQ4_XS: {

@@ -148,22 +148,18 @@ std::vector<KernelSpec> allFamilies() {
   add(llmc::emitLinearKernel({4096, 14336, "int4-g256s32-f16-nl", false, false, true}));
   add(llmc::emitDequantBf16Kernel("int4-g256s32-f16-nl", 4096, 14336));
   add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g32-f16-nl"}));
-  // GGUF Q3_K as held (int4 sub-blocks of 16: a scale per k-step): both activations' GEMVs (the
-  // down projection's too), the tiles, the bf16 conversion and the table read.
-  for (const bool int8 : {true, false})
-    add(llmc::emitLinearKernel({4096, 4096, "int4-g256s16-f16-sym", false, false, false, int8}));
-  add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-sym", false, false, false, true}));
-  add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-sym", false, false, true}));
-  add(llmc::emitDequantBf16Kernel("int4-g256s16-f16-sym", 4096, 14336));
-  add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g256s16-f16-sym"}));
-  // GGUF Q2_K as held (int4 sub-blocks of 16 with mins: a scale and a min per k-step, the int8
-  // GEMV's min steps per lane), the same kernels; and min groups of 16 (its expansion, int8).
-  for (const bool int8 : {true, false})
-    add(llmc::emitLinearKernel({4096, 4096, "int4-g256s16-f16-min", false, false, false, int8}));
-  add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-min", false, false, false, true}));
-  add(llmc::emitLinearKernel({4096, 14336, "int4-g256s16-f16-min", false, false, true}));
-  add(llmc::emitDequantBf16Kernel("int4-g256s16-f16-min", 4096, 14336));
-  add(llmc::emitEmbeddingKernel({128256, 4096, "int4-g256s16-f16-min"}));
+  // GGUF Q3_K and Q2_K as held (int4 sub-blocks of 16: a scale per k-step; Q2_K's with a min per
+  // k-step too, the int8 GEMV's min steps per lane): both activations' GEMVs (the down
+  // projection's too), the tiles, the bf16 conversion and the table read; and min groups of 16
+  // (Q2_K's expansion, int8).
+  for (const char *weight : {"int4-g256s16-f16-sym", "int4-g256s16-f16-min"}) {
+    for (const bool int8 : {true, false})
+      add(llmc::emitLinearKernel({4096, 4096, weight, false, false, false, int8}));
+    add(llmc::emitLinearKernel({4096, 14336, weight, false, false, false, true}));
+    add(llmc::emitLinearKernel({4096, 14336, weight, false, false, true}));
+    add(llmc::emitDequantBf16Kernel(weight, 4096, 14336));
+    add(llmc::emitEmbeddingKernel({128256, 4096, weight}));
+  }
   add(llmc::emitLinearKernel({4096, 4096, "int8-g16-f16-min", false, false, false, true}));
   // Llama-3-8B's decode gate|up with the SiLU-mul epilogue (Step.silu_kernel): int8 and f32
   // activations, Q4_1-like groups of 32.
